@@ -1,0 +1,3 @@
+from shardopt.cli import main
+
+main()

@@ -1,0 +1,114 @@
+"""How lookups spread over a table's rows, as a few buckets of rows with equal probability.
+
+Every access distribution (uniform, Zipf, a dataset histogram) reduces to ``RowBuckets``: row
+counts and per-row probabilities, hottest first. The cost model asks two questions of it — what
+share of lookups hits the hottest k rows (what a cache holds), and how many distinct rows a batch
+touches (what the backward pass updates) — and both have closed forms over buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from shardopt.workload import HIST_BINS, HistogramAccess, Table, UniformAccess, ZipfAccess
+
+_ZIPF_EXACT_RANKS = 1024  # ranks summed exactly; beyond, log-spaced buckets
+_ZIPF_BUCKETS = 64
+
+
+@dataclass(frozen=True)
+class RowBuckets:
+    """``counts[i]`` rows each drawn with probability ``probs[i]`` per lookup, hottest first."""
+
+    counts: np.ndarray
+    probs: np.ndarray
+
+    def top_share(self, k: float) -> float:
+        """Share of lookups that hit the ``k`` hottest rows."""
+        if k <= 0:
+            return 0.0
+        cum_rows = np.cumsum(self.counts)
+        mass = self.counts * self.probs
+        full = cum_rows <= k
+        share = float(mass[full].sum())
+        idx = int(full.sum())
+        if idx < len(self.counts):
+            prev = cum_rows[idx - 1] if idx else 0.0
+            share += float((k - prev) * self.probs[idx])
+        return min(share, 1.0)
+
+    def expected_unique(self, lookups: float) -> float:
+        """Expected distinct rows touched by ``lookups`` independent draws."""
+        if lookups <= 0:
+            return 0.0
+        return float(np.sum(self.counts * -np.expm1(-lookups * self.probs)))
+
+
+@lru_cache(maxsize=65536)
+def row_buckets(table: Table) -> RowBuckets:
+    """The bucket form of a table's access distribution."""
+    access = table.access
+    n = table.num_embeddings
+    if isinstance(access, UniformAccess):
+        return RowBuckets(np.array([float(n)]), np.array([1.0 / n]))
+    if isinstance(access, ZipfAccess):
+        return _zipf_buckets(n, access.alpha)
+    if isinstance(access, HistogramAccess):
+        return _histogram_buckets(n, access)
+    raise TypeError(f"unknown access distribution {access!r}")
+
+
+@lru_cache(maxsize=4096)
+def _zipf_buckets(n: int, alpha: float) -> RowBuckets:
+    exact = min(n, _ZIPF_EXACT_RANKS)
+    ranks = np.arange(1, exact + 1, dtype=np.float64)
+    counts = [np.ones(exact)]
+    weights = [ranks**-alpha]
+    if n > exact:
+        edges = np.unique(np.geomspace(exact + 1, n + 1, _ZIPF_BUCKETS + 1).round())
+        lo, hi = edges[:-1], edges[1:]
+        # Sum of i**-alpha over [lo, hi) by the midpoint integral, accurate for i > 1000.
+        a, b = lo - 0.5, hi - 0.5
+        if abs(alpha - 1.0) < 1e-9:
+            mass = np.log(b / a)
+        else:
+            mass = (b ** (1 - alpha) - a ** (1 - alpha)) / (1 - alpha)
+        counts.append(hi - lo)
+        weights.append(mass / (hi - lo))
+    count = np.concatenate(counts)
+    weight = np.concatenate(weights)
+    total = float(np.sum(count * weight))
+    return RowBuckets(count, weight / total)
+
+
+def _bin_counts() -> np.ndarray:
+    """A representative access count per histogram bin: the geometric middle of (2^(k-1), 2^k]."""
+    counts = np.array([1.0] + [2.0 ** (k - 0.5) for k in range(1, HIST_BINS)])
+    counts[-1] = 2.0**16  # the open bin (32768, inf): take twice its lower edge
+    return counts
+
+
+def _histogram_buckets(n: int, access: HistogramAccess) -> RowBuckets:
+    uniq = np.array(access.unique_frac, dtype=np.float64)
+    acc = np.array(access.access_frac, dtype=np.float64)
+    acc = acc / acc.sum()
+    counts = _bin_counts()
+    # The dataset rounds to 3 decimals, so the hottest bins show 0.000 rows but real lookups.
+    # Give such bins the rows their lookups imply at the bin's representative count.
+    mean_per_row = float(np.sum(uniq * counts)) / max(float(uniq.sum()), 1e-12)
+    implied = acc * mean_per_row / counts
+    uniq = np.where((uniq == 0) & (acc > 0), implied, uniq)
+    uniq = uniq / uniq.sum()
+    touched = float(access.rows_touched or n)
+    rows = uniq * touched
+    keep = (rows > 0) & (acc > 0)
+    rows, acc = rows[keep][::-1], acc[keep][::-1]  # hottest first
+    acc = acc / acc.sum()
+    probs = acc / rows
+    if touched < n:
+        rows = np.append(rows, n - touched)
+        probs = np.append(probs, 0.0)
+    return RowBuckets(rows, probs)

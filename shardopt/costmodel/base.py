@@ -1,0 +1,51 @@
+"""The cost-model contract every model (analytic, learned) fulfils."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Sequence
+
+from shardopt.plan import RankBreakdown, TablePlan
+from shardopt.workload import Table, Workload
+
+
+@dataclass(frozen=True)
+class ShardCost:
+    """One shard's contribution to its rank, in milliseconds and bytes."""
+
+    fwd_compute_ms: float
+    bwd_compute_ms: float
+    fwd_comm_ms: float
+    bwd_comm_ms: float
+    hbm_bytes: int
+
+    @property
+    def total_ms(self) -> float:
+        return self.fwd_compute_ms + self.bwd_compute_ms + self.fwd_comm_ms + self.bwd_comm_ms
+
+
+class CostModel(abc.ABC):
+    """Predicts the per-rank breakdown of a plan; lower is better, the max over ranks is the cost."""
+
+    name: str
+
+    @abc.abstractmethod
+    def shard_cost(
+        self,
+        workload: Workload,
+        table: Table,
+        sharding_type: str,
+        rows: int,
+        cols: int,
+        compute_kernel: str = "fused",
+    ) -> ShardCost:
+        """Cost of one shard on its own: what a search adds to a rank when it places the shard."""
+
+    @abc.abstractmethod
+    def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        """Fixed cost of a rank that holds shards of these sharding types (kernel calls, latency)."""
+
+    @abc.abstractmethod
+    def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        """The per-rank breakdown of a whole plan, one entry per rank in order."""

@@ -1,0 +1,62 @@
+"""Hardware profiles: the constants the analytic model needs, kept as data with their origin."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import yaml
+
+from shardopt.errors import ShardoptError
+
+if TYPE_CHECKING:
+    from shardopt.workload import Topology
+
+DEFAULT_HARDWARE = {"cpu": "cpu", "cuda": "h200"}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Per-rank constants; bandwidths in GB/s."""
+
+    name: str
+    description: str
+    mem_bw_gbps: float
+    uvm_bw_gbps: float
+    cache_bytes: int
+    cache_bw_gbps: float
+    min_access_bytes: int
+    lookup_ns: float
+    table_us: float
+    kernel_us: float
+    intra_host_bw_gbps: float
+    inter_host_bw_gbps: float
+    comm_latency_us: float
+    origin: str
+
+
+@lru_cache(maxsize=1)
+def hardware_profiles() -> dict[str, Hardware]:
+    text = resources.files("shardopt").joinpath("data/hardware.yaml").read_text()
+    return {name: Hardware(name=name, **values) for name, values in yaml.safe_load(text).items()}
+
+
+@lru_cache(maxsize=256)
+def hardware_for(topology: "Topology", source: str = "<workload>") -> Hardware:
+    """The profile a topology names (or its device's default), with its bandwidth overrides."""
+    profiles = hardware_profiles()
+    name = topology.hardware or DEFAULT_HARDWARE[topology.compute_device]
+    if name not in profiles:
+        raise ShardoptError(
+            f"{source}: topology.hardware: unknown hardware {name!r}; known: {', '.join(profiles)}"
+        )
+    hw = profiles[name]
+    overrides = {
+        "intra_host_bw_gbps": topology.intra_host_bw,
+        "inter_host_bw_gbps": topology.inter_host_bw,
+        "comm_latency_us": topology.comm_latency_us,
+    }
+    return dataclasses.replace(hw, **{k: v for k, v in overrides.items() if v is not None})

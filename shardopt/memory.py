@@ -1,0 +1,57 @@
+"""Bytes a shard occupies on its rank, per memory tier, as FBGEMM lays it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardopt.workload import Table
+
+DATA_TYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+INT8_ROW_OVERHEAD = 8  # FBGEMM stores a per-row fp32 scale and bias beside int8 rows
+UVM_CACHE_LOAD_FACTOR = 0.2  # share of rows a fused_uvm_caching shard caches in HBM (TorchRec's default)
+COMPUTE_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching", "dense")
+
+
+@dataclass(frozen=True)
+class ShardMemory:
+    """Device memory (HBM, or the rank's DRAM share on CPU) and host DRAM for UVM tiers."""
+
+    hbm_bytes: int
+    ddr_bytes: int
+
+
+def optimizer_state_bytes(optimizer: str, rows: int, cols: int) -> int:
+    """Optimizer state FBGEMM keeps beside a shard's weights (fp32)."""
+    per_row = {"sgd": 0, "rowwise_adagrad": 4, "adagrad": cols * 4, "adam": cols * 8}
+    if optimizer not in per_row:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    return rows * per_row[optimizer]
+
+
+def weight_bytes(table: Table, rows: int, cols: int) -> int:
+    weights = rows * cols * DATA_TYPE_BYTES[table.data_type]
+    if table.data_type == "int8":
+        weights += rows * INT8_ROW_OVERHEAD
+    return weights
+
+
+def shard_bytes(optimizer: str, table: Table, rows: int, cols: int) -> int:
+    """Weights plus optimizer state of a ``rows`` x ``cols`` shard."""
+    return weight_bytes(table, rows, cols) + optimizer_state_bytes(optimizer, rows, cols)
+
+
+def shard_memory(
+    optimizer: str, table: Table, rows: int, cols: int, compute_kernel: str = "fused"
+) -> ShardMemory:
+    """Where a shard's bytes live for a TorchRec compute kernel."""
+    total = shard_bytes(optimizer, table, rows, cols)
+    if compute_kernel in ("fused", "dense"):
+        return ShardMemory(total, 0)
+    if compute_kernel == "fused_uvm":
+        return ShardMemory(0, total)
+    if compute_kernel == "fused_uvm_caching":
+        cache = int(weight_bytes(table, rows, cols) * UVM_CACHE_LOAD_FACTOR)
+        return ShardMemory(cache, total)
+    raise ValueError(f"unknown compute kernel {compute_kernel!r}")

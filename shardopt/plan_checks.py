@@ -1,0 +1,158 @@
+"""Check a plan against its workload: coverage, bounds, ranks, sharding rules and memory.
+
+Every violation is collected (not just the first) so a user fixing a hand-edited or foreign plan
+sees all of them at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardopt.memory import shard_memory
+from shardopt.plan import Plan, TablePlan
+from shardopt.units import format_bytes
+from shardopt.workload import Table, Workload
+
+ROW_CUT = ("row_wise", "table_row_wise")
+COL_CUT = ("column_wise", "table_column_wise")
+ONE_HOST = ("table_row_wise", "table_column_wise")
+UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")
+
+
+@dataclass
+class PlanReport:
+    violations: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations
+
+
+def check_plan(workload: Workload, plan: Plan, workload_sha256: str | None = None) -> PlanReport:
+    report = PlanReport()
+    topo = workload.topology
+    if plan.workload.sha256 and workload_sha256 and plan.workload.sha256 != workload_sha256:
+        report.warnings.append(
+            "workload.sha256: the plan was made for another version of this workload file"
+        )
+    if plan.world_size != topo.world_size:
+        report.violations.append(
+            f"world_size: plan has {plan.world_size}, workload topology has {topo.world_size}"
+        )
+    tables = {t.name: t for t in workload.tables}
+    seen: dict[str, int] = {}
+    for i, table_plan in enumerate(plan.tables):
+        where = f"tables[{i}]"
+        if table_plan.name not in tables:
+            report.violations.append(f"{where}.name: no table {table_plan.name!r} in the workload")
+            continue
+        if table_plan.name in seen:
+            report.violations.append(
+                f"{where}.name: table {table_plan.name!r} planned twice (also tables[{seen[table_plan.name]}])"
+            )
+            continue
+        seen[table_plan.name] = i
+        report.violations.extend(
+            _table_violations(workload, tables[table_plan.name], table_plan, where)
+        )
+    for name in tables:
+        if name not in seen:
+            report.violations.append(f"tables: workload table {name!r} is missing from the plan")
+    report.violations.extend(_memory_violations(workload, plan))
+    return report
+
+
+def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: str) -> list[str]:
+    topo = workload.topology
+    out: list[str] = []
+    rows, cols = table.num_embeddings, table.embedding_dim
+    kind = tp.sharding_type
+    if kind not in table.allowed_sharding_types:
+        out.append(
+            f"{where}.sharding_type: {kind} is not in the table's sharding_types"
+            f" {list(table.allowed_sharding_types)}"
+        )
+    if tp.compute_kernel in UVM_KERNELS and topo.compute_device == "cpu":
+        out.append(f"{where}.compute_kernel: {tp.compute_kernel} needs a cuda compute_device")
+    in_bounds = []
+    for j, shard in enumerate(tp.shards):
+        at = f"{where}.shards[{j}]"
+        if shard.rank >= topo.world_size:
+            out.append(f"{at}.rank: {shard.rank} is not below world_size {topo.world_size}")
+        (r0, c0), (nr, nc) = shard.offsets, shard.sizes
+        if r0 + nr > rows or c0 + nc > cols:
+            out.append(
+                f"{at}: rows [{r0}, {r0 + nr}) x cols [{c0}, {c0 + nc}) leave the table's"
+                f" {rows} x {cols}"
+            )
+            continue
+        in_bounds.append(shard)
+        full_rows, full_cols = (r0, nr) == (0, rows), (c0, nc) == (0, cols)
+        if kind in ("table_wise", "data_parallel") and not (full_rows and full_cols):
+            out.append(f"{at}.sizes: a {kind} shard holds the whole table {rows} x {cols}")
+        elif kind in ROW_CUT and not full_cols:
+            out.append(f"{at}.sizes: a {kind} shard holds all {cols} columns")
+        elif kind in COL_CUT and not full_rows:
+            out.append(f"{at}.sizes: a {kind} shard holds all {rows} rows")
+    if kind == "table_wise" and len(tp.shards) != 1:
+        out.append(f"{where}.shards: a table_wise table has one shard, got {len(tp.shards)}")
+    if kind in ONE_HOST and len({topo.host_of(s.rank) for s in tp.shards}) > 1:
+        out.append(f"{where}.shards: {kind} keeps all shards on one host")
+    if kind == "data_parallel":
+        ranks = [s.rank for s in tp.shards]
+        if len(set(ranks)) != len(ranks):
+            out.append(f"{where}.shards: a data_parallel table lists a rank twice")
+    elif len(in_bounds) == len(tp.shards):
+        out.extend(_coverage_violations(tp, rows, cols, where))
+    return out
+
+
+def _coverage_violations(tp: TablePlan, rows: int, cols: int, where: str) -> list[str]:
+    """Each cell covered exactly once, checked on the grid the shard edges cut the table into."""
+    row_edges = np.unique([0, rows] + [s.offsets[0] + d for s in tp.shards for d in (0, s.sizes[0])])
+    col_edges = np.unique([0, cols] + [s.offsets[1] + d for s in tp.shards for d in (0, s.sizes[1])])
+    counts = np.zeros((len(row_edges) - 1, len(col_edges) - 1), dtype=np.int64)
+    for s in tp.shards:
+        r = np.searchsorted(row_edges, [s.offsets[0], s.offsets[0] + s.sizes[0]])
+        c = np.searchsorted(col_edges, [s.offsets[1], s.offsets[1] + s.sizes[1]])
+        counts[r[0] : r[1], c[0] : c[1]] += 1
+    out = []
+    for label, mask in (("not covered", counts == 0), ("covered more than once", counts > 1)):
+        if mask.any():
+            i, j = np.argwhere(mask)[0]
+            out.append(
+                f"{where}.shards: rows [{row_edges[i]}, {row_edges[i + 1]}) x cols"
+                f" [{col_edges[j]}, {col_edges[j + 1]}) {label}"
+            )
+    return out
+
+
+def _memory_violations(workload: Workload, plan: Plan) -> list[str]:
+    topo = workload.topology
+    tables = {t.name: t for t in workload.tables}
+    hbm: dict[int, int] = defaultdict(int)
+    ddr: dict[int, int] = defaultdict(int)
+    for tp in plan.tables:
+        table = tables.get(tp.name)
+        if table is None:
+            continue
+        for s in tp.shards:
+            mem = shard_memory(workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel)
+            hbm[s.rank] += mem.hbm_bytes
+            ddr[topo.host_of(s.rank)] += mem.ddr_bytes
+    out = []
+    for rank in sorted(hbm):
+        if hbm[rank] > topo.hbm_cap:
+            out.append(
+                f"memory: rank {rank} holds {format_bytes(hbm[rank])}, over hbm_cap"
+                f" {format_bytes(topo.hbm_cap)}"
+            )
+    for host in sorted(ddr):
+        if ddr[host] and (topo.ddr_cap is None or ddr[host] > topo.ddr_cap):
+            cap = format_bytes(topo.ddr_cap) if topo.ddr_cap else "none declared"
+            out.append(f"memory: host {host} needs {format_bytes(ddr[host])} of ddr for UVM, ddr_cap {cap}")
+    return out

@@ -1,0 +1,50 @@
+"""The pipeline from a workload to a plan: candidates, search under a cost model, prediction."""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.costmodel.base import CostModel
+from shardopt.errors import ShardoptError
+from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, WorkloadRef
+from shardopt.search.greedy import GreedySearch, SearchResult
+from shardopt.workload import Workload
+
+
+class Search(Protocol):
+    name: str
+
+    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult: ...
+
+
+def plan_workload(
+    workload: Workload,
+    *,
+    sha256: Optional[str] = None,
+    cost_model: Optional[CostModel] = None,
+    search: Optional[Search] = None,
+    source: str = "<workload>",
+) -> Plan:
+    """Plan a workload; infeasibility is a ShardoptError naming ``source``."""
+    cost_model = cost_model if cost_model else AnalyticCostModel()
+    search = search if search else GreedySearch()
+    try:
+        result = search.search(workload, cost_model)
+    except ShardoptError as exc:
+        raise ShardoptError(f"{source}: {exc}", exc.kind) from None
+    per_rank = tuple(cost_model.breakdown(workload, result.tables))
+    predicted = Predicted(
+        cost_model=cost_model.name,
+        max_ms=max(r.total_ms for r in per_rank),
+        lower_bound_ms=result.lower_bound_ms,
+        per_rank=per_rank,
+    )
+    return Plan(
+        format=PLAN_FORMAT,
+        version=PLAN_VERSION,
+        workload=WorkloadRef(name=workload.name, sha256=sha256),
+        world_size=workload.topology.world_size,
+        tables=result.tables,
+        predicted=predicted,
+    )

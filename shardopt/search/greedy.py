@@ -1,0 +1,301 @@
+"""Memory-aware greedy search: the warm start for the ILP and the planner for very large instances.
+
+Each table starts at its least-split candidate whose largest piece is no heavier than a balanced
+rank's share; pieces then go, heaviest first, onto the least-loaded rank with room (longest
+processing time first). A table whose piece fits nowhere is cut finer and the placement restarts;
+a final pass moves pieces off the bottleneck rank while that lowers it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.errors import ErrorKind, ShardoptError
+from shardopt.plan import Shard, TablePlan
+from shardopt.search.bound import balance_lower_bound
+from shardopt.search.candidates import Candidate, table_candidates
+from shardopt.units import format_bytes
+from shardopt.workload import Workload
+
+Order = Literal["cost", "memory"]
+_MAX_MOVES = 10_000
+# Tables are cut until their largest piece is at most this multiple of a balanced rank's load;
+# each multiple yields a plan and the one the cost model rates best is kept.
+TARGETS = (1.0, 1.5, float("inf"))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    tables: tuple[TablePlan, ...]
+    lower_bound_ms: float
+
+
+@dataclass
+class _Ranks:
+    """Mutable placement state, private to one search."""
+
+    load_ms: list[float]
+    free_bytes: list[int]
+    kinds: list[Counter] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, workload: Workload) -> "_Ranks":
+        world = workload.topology.world_size
+        return cls([0.0] * world, [workload.topology.hbm_cap] * world, [Counter() for _ in range(world)])
+
+
+@dataclass(frozen=True)
+class _Unplaceable(Exception):
+    table: str
+    piece_bytes: int
+
+
+class GreedySearch:
+    """Largest-cost-first placement with candidate escalation and a bottleneck move pass."""
+
+    name = "greedy"
+
+    def __init__(self, targets: Sequence[float] = TARGETS) -> None:
+        self.targets = tuple(targets)
+
+    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+        candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+        costs = {
+            t.name: [_piece_costs(workload, cost_model, c) for c in candidates[t.name]]
+            for t in workload.tables
+        }
+        bound = balance_lower_bound(workload, cost_model, candidates, costs)
+        average = sum(
+            min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()
+        ) / workload.topology.world_size
+        best: tuple[float, tuple[TablePlan, ...]] | None = None
+        failure: _Unplaceable | None = None
+        for scale in self.targets:
+            try:
+                placed = self._search_at(workload, cost_model, candidates, costs, average * scale)
+            except _Unplaceable as exc:
+                failure = exc
+                continue
+            peak = max(r.total_ms for r in cost_model.breakdown(workload, placed))
+            if best is None or peak < best[0] - 1e-12:
+                best = (peak, placed)
+        if best is None:
+            assert failure is not None
+            raise _infeasible(workload, costs, failure)
+        return SearchResult(best[1], bound)
+
+    @staticmethod
+    def _search_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
+        """Place with tables cut until their largest piece is at most ``target_ms``."""
+        failure: _Unplaceable | None = None
+        for order in ("cost", "memory"):
+            choice = {name: _initial_choice(costs[name], target_ms) for name in candidates}
+            while True:
+                try:
+                    return _place(workload, cost_model, candidates, costs, choice, order)
+                except _Unplaceable as exc:
+                    failure = exc
+                    if choice[exc.table] + 1 >= len(candidates[exc.table]):
+                        break
+                    choice[exc.table] += 1
+        assert failure is not None
+        raise failure
+
+
+def _piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[ShardCost]:
+    table = workload.table(cand.table)
+    by_shape: dict[tuple[int, int], ShardCost] = {}
+    for p in cand.pieces:
+        if (p.rows, p.cols) not in by_shape:
+            by_shape[p.rows, p.cols] = model.shard_cost(
+                workload, table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel
+            )
+    return [by_shape[p.rows, p.cols] for p in cand.pieces]
+
+
+def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms: float) -> int:
+    for i, pieces in enumerate(per_candidate):
+        if max(p.total_ms for p in pieces) <= target_ms:
+            return i
+    return len(per_candidate) - 1
+
+
+def _place(
+    workload: Workload,
+    model: CostModel,
+    candidates: dict[str, list[Candidate]],
+    costs: dict[str, list[list[ShardCost]]],
+    choice: dict[str, int],
+    order: Order,
+) -> tuple[TablePlan, ...]:
+    topo = workload.topology
+    ranks = _Ranks.empty(workload)
+    assigned: dict[str, list[int]] = {}
+
+    def add(rank: int, kind: str, cost: ShardCost) -> None:
+        ranks.load_ms[rank] += cost.total_ms
+        ranks.free_bytes[rank] -= cost.hbm_bytes
+        ranks.kinds[rank][kind] += 1
+
+    def load_with(rank: int, kind: str, cost: ShardCost) -> float:
+        kinds = set(ranks.kinds[rank]) | {kind}
+        return ranks.load_ms[rank] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
+
+    # Fixed pieces (row-wise, data-parallel) have no choice of rank: they go first.
+    names = [t.name for t in workload.tables]
+    for name in names:
+        cand, pcosts = candidates[name][choice[name]], costs[name][choice[name]]
+        if cand.placement != "fixed":
+            continue
+        for rank, cost in enumerate(pcosts):
+            if cost.hbm_bytes > ranks.free_bytes[rank]:
+                raise _Unplaceable(name, cost.hbm_bytes)
+            add(rank, cand.sharding_type, cost)
+        assigned[name] = list(range(len(pcosts)))
+
+    # Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank.
+    local = topo.ranks_per_host
+    for name in names:
+        cand, pcosts = candidates[name][choice[name]], costs[name][choice[name]]
+        if cand.placement != "host":
+            continue
+        best: tuple[float, int, list[int]] | None = None
+        for host in range(topo.num_hosts):
+            host_ranks = list(range(host * local, (host + 1) * local))
+            trial = _fit_on(ranks, host_ranks, pcosts, cand.sharding_type == "table_row_wise")
+            if trial is None:
+                continue
+            peak = max(load_with(r, cand.sharding_type, c) for r, c in zip(trial, pcosts))
+            if best is None or peak < best[0]:
+                best = (peak, host, trial)
+        if best is None:
+            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts))
+        for rank, cost in zip(best[2], pcosts):
+            add(rank, cand.sharding_type, cost)
+        assigned[name] = best[2]
+
+    # Free pieces, heaviest first (by cost, or by bytes when memory is what binds).
+    free = [
+        (name, i, cost)
+        for name in names
+        if candidates[name][choice[name]].placement == "free"
+        for i, cost in enumerate(costs[name][choice[name]])
+    ]
+    key = (lambda x: (-x[2].total_ms, x[0], x[1])) if order == "cost" else (
+        lambda x: (-x[2].hbm_bytes, -x[2].total_ms, x[0], x[1])
+    )
+    free.sort(key=key)
+    for name, i, cost in free:
+        kind = candidates[name][choice[name]].sharding_type
+        taken = set(assigned.get(name, []))
+        fits = [r for r in range(topo.world_size) if ranks.free_bytes[r] >= cost.hbm_bytes]
+        if not fits:
+            raise _Unplaceable(name, cost.hbm_bytes)
+        # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
+        pool = [r for r in fits if r not in taken] or fits
+        rank = min(pool, key=lambda r: (load_with(r, kind, cost), r))
+        add(rank, kind, cost)
+        assigned.setdefault(name, []).append(rank)
+
+    _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
+    return tuple(
+        _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
+    )
+
+
+def _fit_on(
+    ranks: _Ranks, host_ranks: list[int], pcosts: Sequence[ShardCost], in_order: bool
+) -> list[int] | None:
+    """Ranks of one host for the pieces (piece i on rank i when ``in_order``), or None."""
+    if in_order:
+        picked = host_ranks[: len(pcosts)]
+        ok = all(c.hbm_bytes <= ranks.free_bytes[r] for r, c in zip(picked, pcosts))
+        return picked if ok else None
+    free = {r: ranks.free_bytes[r] for r in host_ranks}
+    load = {r: ranks.load_ms[r] for r in host_ranks}
+    picked = []
+    for cost in pcosts:
+        fits = [r for r in host_ranks if free[r] >= cost.hbm_bytes]
+        if not fits:
+            return None
+        rank = min(fits, key=lambda r: (load[r], r))
+        free[rank] -= cost.hbm_bytes
+        load[rank] += cost.total_ms
+        picked.append(rank)
+    return picked
+
+
+def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks) -> None:
+    """Move free pieces off the most loaded rank while that lowers the pair's maximum."""
+
+    def total(rank: int) -> float:
+        return ranks.load_ms[rank] + model.rank_overhead_ms(workload, set(+ranks.kinds[rank]))
+
+    for _ in range(_MAX_MOVES):
+        totals = [total(r) for r in range(workload.topology.world_size)]
+        worst = max(range(len(totals)), key=lambda r: (totals[r], -r))
+        moves = []
+        for name, rank_list in assigned.items():
+            cand = candidates[name][choice[name]]
+            if cand.placement != "free":
+                continue
+            for i, rank in enumerate(rank_list):
+                if rank != worst:
+                    continue
+                cost = costs[name][choice[name]][i]
+                for dest in range(len(totals)):
+                    if dest == worst or ranks.free_bytes[dest] < cost.hbm_bytes:
+                        continue
+                    kinds = set(+ranks.kinds[dest]) | {cand.sharding_type}
+                    after = ranks.load_ms[dest] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
+                    if after < totals[worst] - 1e-9:
+                        moves.append((after, name, i, dest, cost, cand.sharding_type))
+        if not moves:
+            return
+        after, name, i, dest, cost, kind = min(moves, key=lambda m: (m[0], m[1], m[2], m[3]))
+        ranks.load_ms[worst] -= cost.total_ms
+        ranks.free_bytes[worst] += cost.hbm_bytes
+        ranks.kinds[worst][kind] -= 1
+        ranks.load_ms[dest] += cost.total_ms
+        ranks.free_bytes[dest] -= cost.hbm_bytes
+        ranks.kinds[dest][kind] += 1
+        assigned[name][i] = dest
+
+
+def _table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
+    shards = tuple(
+        Shard(rank=rank, offsets=(p.row_offset, p.col_offset), sizes=(p.rows, p.cols))
+        for rank, p in zip(ranks, cand.pieces)
+    )
+    return TablePlan(
+        name=cand.table,
+        sharding_type=cand.sharding_type,
+        compute_kernel=cand.compute_kernel,
+        shards=shards,
+    )
+
+
+def _infeasible(workload, costs, failure: _Unplaceable) -> ShardoptError:
+    """An error that says what did not fit and what would make it fit, with the real numbers."""
+    topo = workload.topology
+    need = sum(min(sum(p.hbm_bytes for p in pieces) for pieces in per) for per in costs.values())
+    cap = topo.hbm_cap
+    ranks_needed = -(-need // cap)
+    biggest = max(
+        (min(max(p.hbm_bytes for p in pieces) for pieces in per), name) for name, per in costs.items()
+    )
+    fixes = [f"raise topology.hbm_cap to at least {format_bytes(max(biggest[0], -(-need // topo.world_size)))}"]
+    if ranks_needed > topo.world_size:
+        fixes.append(f"use at least {ranks_needed} ranks")
+    fixes.append("allow row_wise for the largest tables or use a smaller data_type")
+    return ShardoptError(
+        f"no plan fits in memory: table {failure.table!r} has a shard of"
+        f" {format_bytes(failure.piece_bytes)} that fits on no rank; the tables need at least"
+        f" {format_bytes(need)} against {format_bytes(cap * topo.world_size)} in the cluster"
+        f" ({topo.world_size} ranks x hbm_cap {format_bytes(cap)}). Possible fixes: "
+        + "; ".join(fixes),
+        kind=ErrorKind.INFEASIBLE,
+    )

@@ -1,0 +1,44 @@
+"""The plan summary people read in a terminal: per-rank cost bars, bottleneck, gap to the bound."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from shardopt.plan import Plan
+from shardopt.units import format_bytes
+from shardopt.workload import Workload
+
+BAR_WIDTH = 30
+
+
+def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
+    predicted = plan.predicted
+    topo = workload.topology
+    lines = [
+        f"{workload.name}: {len(workload.tables)} tables on {topo.world_size} ranks"
+        f" ({topo.num_hosts} host{'s' if topo.num_hosts > 1 else ''}, {topo.compute_device},"
+        f" hardware {hardware}), cost model {predicted.cost_model if predicted else 'none'}"
+    ]
+    if predicted:
+        peak = max(r.total_ms for r in predicted.per_rank) or 1.0
+        lines.append(
+            f"{'rank':>4} {'fwd_comp':>9} {'bwd_comp':>9} {'fwd_comm':>9} {'bwd_comm':>9}"
+            f" {'total_ms':>9}  {'memory':>10} {'used':>5}  cost"
+        )
+        for r in predicted.per_rank:
+            bar = "#" * max(1, round(BAR_WIDTH * r.total_ms / peak)) if r.total_ms else ""
+            mark = " <- bottleneck" if r.rank == predicted.bottleneck.rank else ""
+            lines.append(
+                f"{r.rank:>4} {r.fwd_compute_ms:>9.3f} {r.bwd_compute_ms:>9.3f}"
+                f" {r.fwd_comm_ms:>9.3f} {r.bwd_comm_ms:>9.3f} {r.total_ms:>9.3f}"
+                f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.hbm_cap:>5.0%}  {bar}{mark}"
+            )
+        b = predicted.bottleneck
+        lines.append(
+            f"bottleneck: rank {b.rank} at {b.total_ms:.3f} ms; lower bound"
+            f" {predicted.lower_bound_ms:.3f} ms (gap {predicted.gap:.1%});"
+            f" memory cap {format_bytes(topo.hbm_cap)} per rank"
+        )
+    kinds = Counter(t.sharding_type for t in plan.tables)
+    lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    return "\n".join(lines)

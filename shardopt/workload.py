@@ -1,0 +1,280 @@
+"""The workload: what the user asks to shard (tables, batch, topology), loaded from YAML and checked.
+
+Field names follow TorchRec. The file is declared as frozen pydantic dataclasses so that types,
+ranges and unknown keys are checked in one place; checks that span fields (duplicate names, a
+table too large for the whole cluster) follow in :func:`semantic_errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Literal, Optional, Union
+
+import yaml
+from pydantic import AfterValidator, BeforeValidator, Field, Strict
+from pydantic.dataclasses import dataclass
+
+from shardopt.errors import ShardoptError
+from shardopt.hardware import hardware_profiles
+from shardopt.memory import DATA_TYPE_BYTES, shard_bytes
+from shardopt.schema import STRICT, validate_as
+from shardopt.units import format_bytes, parse_size
+
+SHARDING_TYPES = (
+    "table_wise",
+    "row_wise",
+    "column_wise",
+    "table_row_wise",
+    "table_column_wise",
+    "data_parallel",
+)
+HIST_BINS = 17  # access-count bins (2^(k-1), 2^k] as in the dlrm_datasets locality stats
+
+ShardingType = Literal[
+    "table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "data_parallel"
+]
+DataType = Literal["fp32", "fp16", "bf16", "int8"]
+Optimizer = Literal["sgd", "rowwise_adagrad", "adagrad", "adam"]
+
+
+def _multiple_of_4(value: int) -> int:
+    if value % 4:
+        raise ValueError(f"must be a positive multiple of 4, got {value}")
+    return value
+
+
+PositiveInt = Annotated[int, Strict(), Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+EmbeddingDim = Annotated[int, Strict(), Field(gt=0), AfterValidator(_multiple_of_4)]
+Name = Annotated[str, Strict(), Field(min_length=1)]
+
+
+@dataclass(frozen=True, config=STRICT)
+class UniformAccess:
+    """Every row equally likely (ids hashed into the table)."""
+
+    distribution: Literal["uniform"] = "uniform"
+
+
+@dataclass(frozen=True, config=STRICT)
+class ZipfAccess:
+    """Row of popularity rank i drawn with probability proportional to i**-alpha."""
+
+    distribution: Literal["zipf"]
+    alpha: PositiveFloat = 1.05
+
+
+def _fractions(values: tuple[float, ...]) -> tuple[float, ...]:
+    if len(values) != HIST_BINS:
+        raise ValueError(f"must list {HIST_BINS} bin fractions, got {len(values)}")
+    total = sum(values)
+    if abs(total - 1.0) > 0.05:
+        raise ValueError(f"bin fractions must sum to 1 (within 0.05), got sum {total:.3f}")
+    return values
+
+
+HistogramBins = Annotated[tuple[Fraction, ...], AfterValidator(_fractions)]
+
+
+@dataclass(frozen=True, config=STRICT)
+class HistogramAccess:
+    """Access counts as in dlrm_datasets' locality stats: bin k holds rows seen (2^(k-1), 2^k] times.
+
+    ``unique_frac[k]`` is the share of touched rows in bin k, ``access_frac[k]`` the share of all
+    lookups that hit them; ``rows_touched`` is how many distinct rows one batch touches.
+    """
+
+    distribution: Literal["histogram"]
+    unique_frac: HistogramBins
+    access_frac: HistogramBins
+    rows_touched: Optional[PositiveInt] = None
+
+
+Access = Annotated[
+    Union[UniformAccess, ZipfAccess, HistogramAccess], Field(discriminator="distribution")
+]
+
+
+@dataclass(frozen=True, config=STRICT)
+class Table:
+    """One embedding table and how its features look it up."""
+
+    name: Name
+    num_embeddings: PositiveInt
+    embedding_dim: EmbeddingDim
+    pooling_factor: PositiveFloat = 1.0
+    data_type: DataType = "fp32"
+    feature_names: Optional[tuple[Name, ...]] = None
+    access: Access = UniformAccess()
+    sharding_types: Optional[tuple[ShardingType, ...]] = None
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return self.feature_names if self.feature_names else (self.name,)
+
+    @property
+    def allowed_sharding_types(self) -> tuple[str, ...]:
+        return self.sharding_types if self.sharding_types else SHARDING_TYPES
+
+    @property
+    def element_bytes(self) -> int:
+        return DATA_TYPE_BYTES[self.data_type]
+
+
+@dataclass(frozen=True, config=STRICT)
+class Topology:
+    """The ranks that hold the tables; bandwidths here override the hardware profile's."""
+
+    world_size: PositiveInt
+    hbm_cap: Size
+    local_world_size: Optional[PositiveInt] = None
+    compute_device: Literal["cuda", "cpu"] = "cuda"
+    hardware: Optional[Name] = None
+    ddr_cap: Optional[Size] = None
+    intra_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
+    inter_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
+    comm_latency_us: Optional[NonNegativeFloat] = None
+
+    @property
+    def ranks_per_host(self) -> int:
+        return self.local_world_size or self.world_size
+
+    @property
+    def num_hosts(self) -> int:
+        return self.world_size // self.ranks_per_host
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.ranks_per_host
+
+
+@dataclass(frozen=True, config=STRICT)
+class Workload:
+    """Everything the planner needs to know about one model's embeddings and its cluster."""
+
+    version: Literal[1]
+    name: Name
+    batch_size: PositiveInt  # per rank, as in TorchRec
+    topology: Topology
+    tables: Annotated[tuple[Table, ...], Field(min_length=1)]
+    optimizer: Optimizer = "rowwise_adagrad"
+
+    def table(self, name: str) -> Table:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
+
+
+def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
+    """Checks that span fields, as (path, reason) pairs; empty when the workload is usable."""
+    errors: list[tuple[str, str]] = []
+    topo = workload.topology
+    if topo.local_world_size is not None and topo.world_size % topo.local_world_size:
+        errors.append(
+            (
+                "topology.local_world_size",
+                f"must divide world_size {topo.world_size}, got {topo.local_world_size}",
+            )
+        )
+    profiles = hardware_profiles()
+    if topo.hardware is not None and topo.hardware not in profiles:
+        errors.append(
+            (
+                "topology.hardware",
+                f"unknown hardware profile {topo.hardware!r}; known: {', '.join(profiles)}",
+            )
+        )
+    seen_tables: dict[str, int] = {}
+    seen_features: dict[str, int] = {}
+    cluster = topo.world_size * topo.hbm_cap
+    for i, table in enumerate(workload.tables):
+        if table.name in seen_tables:
+            errors.append(
+                (
+                    f"tables[{i}].name",
+                    f"duplicate table name {table.name!r} (also tables[{seen_tables[table.name]}])",
+                )
+            )
+        seen_tables.setdefault(table.name, i)
+        for feature in table.features:
+            if feature in seen_features and seen_features[feature] != i:
+                errors.append(
+                    (
+                        f"tables[{i}].feature_names",
+                        f"feature {feature!r} is also read by tables[{seen_features[feature]}]",
+                    )
+                )
+            seen_features.setdefault(feature, i)
+        access = table.access
+        if isinstance(access, HistogramAccess) and access.rows_touched is not None:
+            if access.rows_touched > table.num_embeddings:
+                errors.append(
+                    (
+                        f"tables[{i}].access.rows_touched",
+                        f"must be at most num_embeddings {table.num_embeddings},"
+                        f" got {access.rows_touched}",
+                    )
+                )
+        need = shard_bytes(workload.optimizer, table, table.num_embeddings, table.embedding_dim)
+        if need > cluster:
+            errors.append(
+                (
+                    f"tables[{i}]",
+                    f"table {table.name!r} needs {format_bytes(need)} (weights + optimizer state),"
+                    f" more than the whole cluster's {format_bytes(cluster)}"
+                    f" ({topo.world_size} ranks x hbm_cap {format_bytes(topo.hbm_cap)})",
+                )
+            )
+    return errors
+
+
+def workload_from_dict(data: object, source: str = "<workload>") -> Workload:
+    """Validate plain data (as parsed from YAML) into a Workload; ShardoptError on the first fault."""
+    workload = validate_as(Workload, data, source)
+    errors = semantic_errors(workload)
+    if errors:
+        path, reason = errors[0]
+        raise ShardoptError(f"{source}: {path}: {reason}")
+    return workload
+
+
+def read_workload(path: str | Path) -> tuple[Workload, str]:
+    """Load a workload file; return it with the sha256 of its bytes (plans record the hash)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ShardoptError(f"{path}: cannot read workload: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ShardoptError(f"{path}: malformed YAML: {where}{problem}") from None
+    return workload_from_dict(data, str(path)), hashlib.sha256(raw).hexdigest()
+
+
+def workload_to_dict(workload: Workload) -> dict:
+    """Plain data that reads back into the same workload (defaults left out)."""
+    import dataclasses
+
+    def strip(obj: object) -> object:
+        if dataclasses.is_dataclass(obj):
+            out = {}
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if value is None or (f.default is not dataclasses.MISSING and value == f.default):
+                    if f.name != "distribution":
+                        continue
+                out[f.name] = strip(value)
+            return out
+        if isinstance(obj, tuple):
+            return [strip(v) for v in obj]
+        return obj
+
+    return strip(workload)  # type: ignore[return-value]

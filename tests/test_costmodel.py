@@ -1,0 +1,99 @@
+"""The analytic model responds to its inputs the way the hardware would."""
+
+import dataclasses
+
+import pytest
+
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.hardware import hardware_for, hardware_profiles
+from shardopt.plan import Shard, TablePlan
+from shardopt.workload import workload_from_dict
+
+
+def _workload(world=4, local=None, pooling=10.0, access=None, **topology):
+    table = {"name": "t", "num_embeddings": 100_000, "embedding_dim": 64, "pooling_factor": pooling}
+    if access:
+        table["access"] = access
+    topo = {"world_size": world, "hbm_cap": "1GB", "compute_device": "cpu", **topology}
+    if local:
+        topo["local_world_size"] = local
+    return workload_from_dict(
+        {"version": 1, "name": "w", "batch_size": 256, "topology": topo, "tables": [table]}
+    )
+
+
+def _cost(workload, kind="table_wise", rows=100_000, cols=64):
+    return AnalyticCostModel().shard_cost(workload, workload.tables[0], kind, rows, cols)
+
+
+def test_more_pooling_costs_more_compute():
+    assert _cost(_workload(pooling=20)).fwd_compute_ms > _cost(_workload(pooling=5)).fwd_compute_ms
+
+
+def test_skew_makes_lookups_cheaper():
+    skewed = _workload(access={"distribution": "zipf", "alpha": 1.2})
+    assert _cost(skewed).fwd_compute_ms < _cost(_workload()).fwd_compute_ms
+    assert _cost(skewed).bwd_compute_ms < _cost(_workload()).bwd_compute_ms
+
+
+def test_row_wise_shard_sees_its_share_of_lookups():
+    w = _workload()
+    whole = _cost(w, "row_wise", 100_000)
+    quarter = _cost(w, "row_wise", 25_000)
+    assert quarter.fwd_compute_ms < whole.fwd_compute_ms / 2
+    assert quarter.hbm_bytes * 4 == whole.hbm_bytes
+
+
+def test_column_shards_each_see_every_lookup():
+    w = _workload()
+    half = _cost(w, "column_wise", cols=32)
+    whole = _cost(w, "table_wise")
+    assert half.fwd_compute_ms > whole.fwd_compute_ms / 2  # per-lookup overheads repeat
+
+
+def test_one_rank_has_no_communication():
+    cost = _cost(_workload(world=1))
+    assert cost.fwd_comm_ms == 0 and cost.bwd_comm_ms == 0
+
+
+def test_cross_host_traffic_is_slower():
+    one_host = _cost(_workload(world=8, local=8))
+    two_hosts = _cost(_workload(world=8, local=4))
+    assert two_hosts.fwd_comm_ms > one_host.fwd_comm_ms
+
+
+def test_topology_bandwidth_overrides_the_profile():
+    fast = _cost(_workload(intra_host_bw=100.0))
+    slow = _cost(_workload(intra_host_bw=1.0))
+    assert slow.fwd_comm_ms > 10 * fast.fwd_comm_ms
+    assert hardware_for(_workload(intra_host_bw=100.0).topology).intra_host_bw_gbps == 100.0
+
+
+def test_data_parallel_pays_an_allreduce_in_backward():
+    cost = _cost(_workload(), "data_parallel")
+    assert cost.fwd_comm_ms == 0 and cost.bwd_comm_ms > 0
+
+
+def test_breakdown_sums_shards_and_overheads():
+    w = _workload(world=2)
+    model = AnalyticCostModel()
+    plan = [
+        TablePlan(
+            name="t",
+            sharding_type="column_wise",
+            shards=(Shard(rank=0, offsets=(0, 0), sizes=(100_000, 32)),
+                    Shard(rank=0, offsets=(0, 32), sizes=(100_000, 32))),
+        )
+    ]
+    per_rank = model.breakdown(w, plan)
+    piece = _cost(w, "column_wise", cols=32)
+    overhead = model.rank_overhead_ms(w, {"column_wise"})
+    assert per_rank[0].total_ms == pytest.approx(2 * piece.total_ms + overhead)
+    assert per_rank[0].hbm_bytes == 2 * piece.hbm_bytes
+    assert per_rank[1].total_ms == 0 and per_rank[1].hbm_bytes == 0
+
+
+def test_every_profile_states_its_origin():
+    for hw in hardware_profiles().values():
+        assert hw.origin.strip() and hw.mem_bw_gbps > 0
+        assert dataclasses.asdict(hw)["cache_bytes"] > 0

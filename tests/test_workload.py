@@ -1,0 +1,93 @@
+"""The workload file: valid files load; every malformed one fails with one line, exit 2."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CONFIGS, DATA, run_cli
+from shardopt.errors import ShardoptError
+from shardopt.workload import read_workload, workload_from_dict, workload_to_dict
+
+BAD = DATA / "bad_workloads"
+EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text())
+
+
+def test_good_workload_loads_with_defaults():
+    workload, sha = read_workload(DATA / "good.yaml")
+    assert len(sha) == 64
+    assert workload.topology.ranks_per_host == 2
+    assert workload.topology.hbm_cap == 64 * 10**6
+    item = workload.table("item_id")
+    assert item.features == ("item_id", "item_id_hist")
+    assert item.data_type == "fp32" and item.access.distribution == "uniform"
+    assert workload.table("country").allowed_sharding_types == ("table_wise", "data_parallel")
+    assert workload.optimizer == "rowwise_adagrad"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_configs_load_and_round_trip(path):
+    workload, _ = read_workload(path)
+    again = workload_from_dict(workload_to_dict(workload), "again")
+    assert again == workload
+
+
+def test_default_config_fits_in_4gb():
+    from shardopt.memory import shard_bytes
+
+    workload, _ = read_workload(CONFIGS / "dlrm-medium.yaml")
+    total = sum(
+        shard_bytes(workload.optimizer, t, t.num_embeddings, t.embedding_dim)
+        for t in workload.tables
+    )
+    assert total <= 4 * 10**9
+    assert len(workload.tables) >= 50 and workload.topology.world_size == 8
+
+
+def test_every_bad_workload_has_an_expectation():
+    files = {p.name for p in BAD.glob("*.yaml")} - {"expected.yaml"}
+    assert files == set(EXPECTED)
+    assert len(files) >= 12
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_workload_fails_cleanly(runner, tmp_path, name):
+    out = tmp_path / "plan.json"
+    out.write_text("previous plan")
+    result = run_cli(runner, "plan", BAD / name, "-o", out)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {BAD / name}: ")
+    assert EXPECTED[name] in lines[0]
+    assert "Traceback" not in result.stderr
+    assert out.read_text() == "previous plan"  # not overwritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # no temp file left
+
+
+def test_bad_workload_creates_no_output(runner, tmp_path):
+    out = tmp_path / "new.json"
+    result = run_cli(runner, "plan", BAD / "duplicate_table.yaml", "-o", out)
+    assert result.exit_code == 2
+    assert not out.exists()
+
+
+def test_missing_file_is_an_input_error(runner, tmp_path):
+    result = run_cli(runner, "plan", tmp_path / "nope.yaml", "-o", tmp_path / "p.json")
+    assert result.exit_code == 2
+    assert "nope.yaml: cannot read workload" in result.stderr
+
+
+def test_error_is_a_shardopt_error_in_the_api():
+    with pytest.raises(ShardoptError, match=r"x.yaml: batch_size: input should be greater than 0"):
+        workload_from_dict(
+            {
+                "version": 1,
+                "name": "x",
+                "batch_size": 0,
+                "topology": {"world_size": 1, "hbm_cap": "1GB"},
+                "tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4}],
+            },
+            "x.yaml",
+        )
