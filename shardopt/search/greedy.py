@@ -291,8 +291,12 @@ def _infeasible(workload, costs, failure: _Unplaceable) -> ShardoptError:
     if ranks_needed > topo.world_size:
         fixes.append(f"use at least {ranks_needed} ranks")
     fixes.append("allow row_wise for the largest tables or use a smaller data_type")
+    # Only a cluster too small in total proves that no plan exists; otherwise say what was searched.
+    verdict = "no plan fits in memory" if need > cap * topo.world_size else (
+        "the greedy search found no plan that fits in memory"
+    )
     return ShardoptError(
-        f"no plan fits in memory: table {failure.table!r} has a shard of"
+        f"{verdict}: table {failure.table!r} has a shard of"
         f" {format_bytes(failure.piece_bytes)} that fits on no rank; the tables need at least"
         f" {format_bytes(need)} against {format_bytes(cap * topo.world_size)} in the cluster"
         f" ({topo.world_size} ranks x hbm_cap {format_bytes(cap)}). Possible fixes: "

@@ -1,0 +1,143 @@
+"""The planner: valid plans or a clear infeasibility error, allow-lists honoured, determinism."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardopt.errors import ErrorKind, ShardoptError
+from shardopt.memory import shard_bytes
+from shardopt.plan_checks import check_plan
+from shardopt.planner import plan_workload
+from shardopt.search.candidates import table_candidates
+from shardopt.workload import SHARDING_TYPES, workload_from_dict
+
+
+@st.composite
+def workloads(draw, generous_memory=False):
+    hosts = draw(st.integers(1, 3))
+    local = draw(st.integers(1, 4))
+    tables = []
+    for i in range(draw(st.integers(1, 10))):
+        table = {
+            "name": f"t{i}",
+            "num_embeddings": draw(st.integers(1, 5000)),
+            "embedding_dim": 4 * draw(st.integers(1, 64)),
+            "pooling_factor": draw(st.floats(0.5, 60)),
+            "data_type": draw(st.sampled_from(["fp32", "fp16", "bf16", "int8"])),
+            "access": draw(
+                st.sampled_from(
+                    [
+                        {"distribution": "uniform"},
+                        {"distribution": "zipf", "alpha": 1.1},
+                        {"distribution": "zipf", "alpha": 0.7},
+                    ]
+                )
+            ),
+        }
+        if draw(st.booleans()):
+            table["sharding_types"] = draw(
+                st.lists(st.sampled_from(SHARDING_TYPES), min_size=1, max_size=3, unique=True)
+            )
+        tables.append(table)
+    cap = 10**9 if generous_memory else draw(st.integers(20_000, 3_000_000))
+    data = {
+        "version": 1,
+        "name": "prop",
+        "batch_size": draw(st.integers(1, 512)),
+        "optimizer": draw(st.sampled_from(["sgd", "rowwise_adagrad", "adagrad", "adam"])),
+        "topology": {
+            "world_size": hosts * local,
+            "local_world_size": local,
+            "compute_device": draw(st.sampled_from(["cpu", "cuda"])),
+            "hbm_cap": cap,
+        },
+        "tables": tables,
+    }
+    try:
+        return workload_from_dict(data)
+    except ShardoptError:
+        # A table larger than the whole cluster is refused at load time; plan a smaller cluster
+        # that surely holds it instead of discarding the example.
+        data["topology"]["hbm_cap"] = 10**9
+        return workload_from_dict(data)
+
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(workloads())
+def test_random_workloads_plan_validly_or_fail_clearly(workload):
+    try:
+        plan = plan_workload(workload, source="w.yaml")
+    except ShardoptError as exc:
+        assert exc.kind is ErrorKind.INFEASIBLE
+        assert str(exc).startswith("w.yaml: ") and "fits in memory" in str(exc)
+        assert "\n" not in str(exc)
+        return
+    report = check_plan(workload, plan)
+    assert report.valid, report.violations
+    assert plan.predicted.lower_bound_ms <= plan.predicted.max_ms + 1e-9
+    for tp in plan.tables:
+        assert tp.sharding_type in workload.table(tp.name).allowed_sharding_types
+
+
+@PROPERTY
+@given(workloads(generous_memory=True))
+def test_with_room_to_spare_every_workload_gets_a_valid_plan(workload):
+    plan = plan_workload(workload)
+    assert check_plan(workload, plan).valid
+
+
+def test_infeasibility_is_reported_when_tables_exceed_the_cluster():
+    data = {
+        "version": 1,
+        "name": "x",
+        "batch_size": 8,
+        "topology": {"world_size": 2, "hbm_cap": 1_000_000},
+        "tables": [{"name": f"t{i}", "num_embeddings": 3000, "embedding_dim": 64} for i in range(3)],
+    }
+    workload = workload_from_dict(data)
+    need = sum(shard_bytes("rowwise_adagrad", t, 3000, 64) for t in workload.tables)
+    assert need > 2_000_000  # the premise: the cluster is too small in total
+    with pytest.raises(ShardoptError, match="no plan fits in memory.*use at least 3 ranks"):
+        plan_workload(workload)
+
+
+def test_heavy_table_is_split_and_memory_tight_tables_are_cut():
+    tables = [{"name": "big", "num_embeddings": 200_000, "embedding_dim": 128, "pooling_factor": 50}]
+    tables += [{"name": f"s{i}", "num_embeddings": 1000, "embedding_dim": 16} for i in range(6)]
+    workload = workload_from_dict(
+        {
+            "version": 1,
+            "name": "x",
+            "batch_size": 256,
+            "topology": {"world_size": 4, "hbm_cap": "40MB", "compute_device": "cpu"},
+            "tables": tables,
+        }
+    )
+    plan = plan_workload(workload)
+    big = next(t for t in plan.tables if t.name == "big")
+    # 200k x 128 fp32 = 102 MB does not fit one 40 MB rank: it must be cut over several.
+    assert len({s.rank for s in big.shards}) >= 3
+    assert check_plan(workload, plan).valid
+
+
+def test_candidates_respect_allow_lists_and_fbgemm_dims():
+    workload = workload_from_dict(
+        {
+            "version": 1,
+            "name": "x",
+            "batch_size": 8,
+            "topology": {"world_size": 8, "local_world_size": 4, "hbm_cap": "1GB"},
+            "tables": [
+                {"name": "a", "num_embeddings": 100, "embedding_dim": 132,
+                 "sharding_types": ["column_wise", "table_row_wise"]},
+            ],
+        }
+    )
+    cands = table_candidates(workload, workload.tables[0])
+    assert {c.sharding_type for c in cands} == {"column_wise", "table_row_wise"}
+    for cand in cands:
+        assert all(p.cols % 4 == 0 for p in cand.pieces)
+        assert sum(p.cols for p in cand.pieces if p.row_offset == 0) == 132
