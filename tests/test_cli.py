@@ -85,21 +85,15 @@ def test_synth_is_reproducible_and_valid(runner, tmp_path):
     assert result.exit_code == 0
 
 
-def test_synth_rejects_bad_dims(runner, tmp_path):
+@pytest.mark.parametrize(
+    "dims, message",
+    [("16,x", "--dims"), ("30", "embedding_dim: must be a positive multiple of 4, got 30")],
+)
+def test_synth_rejects_options_that_make_no_valid_workload(runner, tmp_path, dims, message):
+    out = tmp_path / "s.yaml"
     result = run_cli(
-        runner, "synth", "--name", "s", "--tables", "2", "--world-size", "2", "--dims", "16,x",
-        "-o", tmp_path / "s.yaml",
+        runner, "synth", "--name", "s", "--tables", "2", "--world-size", "2", "--dims", dims, "-o", out
     )
     assert result.exit_code == 2
-    assert "--dims" in result.stderr
-    assert not (tmp_path / "s.yaml").exists()
-
-
-def test_synth_with_options_that_make_a_bad_workload(runner, tmp_path):
-    result = run_cli(
-        runner, "synth", "--name", "s", "--tables", "2", "--world-size", "2", "--dims", "30",
-        "-o", tmp_path / "s.yaml",
-    )
-    assert result.exit_code == 2
-    assert "embedding_dim: must be a positive multiple of 4, got 30" in result.stderr
-    assert not (tmp_path / "s.yaml").exists()
+    assert message in result.stderr
+    assert not out.exists()
