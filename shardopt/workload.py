@@ -278,3 +278,9 @@ def workload_to_dict(workload: Workload) -> dict:
         return obj
 
     return strip(workload)  # type: ignore[return-value]
+
+
+def workload_yaml(data: dict, header: str = "") -> str:
+    """YAML text of a workload's plain data; short lists (histograms) stay on one line."""
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    return comment + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)

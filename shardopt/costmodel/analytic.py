@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
 from shardopt.access import row_buckets
@@ -46,11 +47,9 @@ class AnalyticCostModel(CostModel):
         compute_kernel: str = "fused",
     ) -> ShardCost:
         hw = self.hardware(workload)
-        topo = workload.topology
-        world = topo.world_size
         row_frac = rows / table.num_embeddings
-        samples = workload.batch_size * (1 if sharding_type == "data_parallel" else world)
-        lookups = samples * table.pooling_factor * (row_frac if sharding_type in ROW_SPLIT else 1)
+        samples = shard_samples(workload, sharding_type)
+        lookups = shard_lookups(workload, table, sharding_type, rows)
         row_bytes = _line_rounded(cols * table.element_bytes, hw.min_access_bytes)
         state_bytes = _line_rounded(
             optimizer_state_bytes(workload.optimizer, 1, cols), hw.min_access_bytes
@@ -71,9 +70,7 @@ class AnalyticCostModel(CostModel):
         accum_s = lookups * cols * OUTPUT_BYTES / (hw.cache_bw_gbps * GB)
         update_s = unique * 2 * (row_bytes + state_bytes) / mem_bw
         bwd_s = hw.table_us * 1e-6 + 2 * index_s + out_s + accum_s + update_s
-        fwd_comm_s, bwd_comm_s = self._comm_seconds(
-            workload, hw, table, sharding_type, rows, cols, lookups
-        )
+        fwd_comm_s, bwd_comm_s = self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups)
         memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel)
         return ShardCost(
             fwd_compute_ms=fwd_s * 1e3,
@@ -94,28 +91,18 @@ class AnalyticCostModel(CostModel):
         return hw.mem_bw_gbps * GB
 
     @staticmethod
-    def _comm_seconds(workload, hw, table, sharding_type, rows, cols, lookups):
-        """Seconds this shard's rank spends sending its share of the all-to-alls."""
+    def _comm_seconds(workload, hw, sharding_type, rows, cols, lookups):
+        """Seconds this shard's rank spends in the all-to-alls, from its bytes and the links."""
         topo = workload.topology
         world, local = topo.world_size, topo.ranks_per_host
         if world == 1:
             return 0.0, 0.0
-        batch = workload.batch_size
+        sent = comm_bytes(workload, sharding_type, rows, cols, lookups)
         a2a = _all_to_all_seconds_per_byte(hw, world, local)
-        if sharding_type == "data_parallel":
-            grads = rows * cols * OUTPUT_BYTES
-            return 0.0, 2 * (world - 1) / world * grads * a2a
-        ids_in = lookups * INDEX_BYTES * (world - 1) / world * a2a
-        if sharding_type == "table_row_wise" and local > 1:
-            # Reduce-scatter of partial sums inside the host, then the host's slice goes out.
-            intra = batch * world * cols * OUTPUT_BYTES * (local - 1) / local
-            inter = batch * (world - local) * cols * OUTPUT_BYTES / local
-            out_s = intra / (hw.intra_host_bw_gbps * GB) + inter / (hw.inter_host_bw_gbps * GB)
-            return ids_in + out_s, out_s
-        # table/column-wise send pooled rows to the other ranks' samples; row-wise sends partial
-        # sums in a reduce-scatter of the same size. Gradients come back the same way.
-        out_s = batch * (world - 1) * cols * OUTPUT_BYTES * a2a
-        return ids_in + out_s, out_s
+        host_local = sent.host_local / (hw.intra_host_bw_gbps * GB)
+        fwd = (sent.ids + sent.pooled) * a2a + host_local
+        bwd = sent.pooled * a2a + host_local + 2 * (world - 1) / world * sent.allreduce * a2a
+        return fwd, bwd
 
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
@@ -174,6 +161,58 @@ class AnalyticCostModel(CostModel):
                 )
             )
         return out
+
+
+def shard_samples(workload: Workload, sharding_type: str) -> int:
+    """Bags a shard pools per iteration: the global batch, or the local one if data-parallel."""
+    world = 1 if sharding_type == "data_parallel" else workload.topology.world_size
+    return workload.batch_size * world
+
+
+def shard_lookups(workload: Workload, table: Table, sharding_type: str, rows: int) -> float:
+    """Expected ids a shard looks up per iteration (a row-wise shard gets its rows' share)."""
+    share = rows / table.num_embeddings if sharding_type in ROW_SPLIT else 1.0
+    return shard_samples(workload, sharding_type) * table.pooling_factor * share
+
+
+@dataclass(frozen=True)
+class CommBytes:
+    """Bytes one shard puts on the wire per iteration, by collective.
+
+    ``ids``: lookups it receives in the input all-to-all; ``pooled``: pooled embeddings it sends
+    to other ranks' samples (forward) and receives back as gradients (backward), or the
+    reduce-scatter of row-wise partial sums, which has the same size; ``host_local``: the part of
+    a table-row-wise reduce-scatter that stays inside the host; ``allreduce``: data-parallel
+    gradients.
+    """
+
+    ids: float = 0.0
+    pooled: float = 0.0
+    host_local: float = 0.0
+    allreduce: float = 0.0
+
+
+def comm_bytes(
+    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float
+) -> CommBytes:
+    topo = workload.topology
+    world, local = topo.world_size, topo.ranks_per_host
+    if world == 1:
+        return CommBytes()
+    batch = workload.batch_size
+    if sharding_type == "data_parallel":
+        return CommBytes(allreduce=rows * cols * OUTPUT_BYTES)
+    ids = lookups * INDEX_BYTES * (world - 1) / world
+    if sharding_type == "table_row_wise" and local > 1:
+        # Reduce-scatter of partial sums inside the host, then the host's slice goes out.
+        return CommBytes(
+            ids=ids,
+            pooled=batch * (world - local) * cols * OUTPUT_BYTES / local,
+            host_local=batch * world * cols * OUTPUT_BYTES * (local - 1) / local,
+        )
+    # table/column-wise send pooled rows to the other ranks' samples; row-wise sends partial
+    # sums in a reduce-scatter of the same size. Gradients come back the same way.
+    return CommBytes(ids=ids, pooled=batch * (world - 1) * cols * OUTPUT_BYTES)
 
 
 def _line_rounded(size: int, line: int) -> int:

@@ -1,0 +1,145 @@
+"""A profile dataset: a folder with ``manifest.json`` (hardware, software, sweep) and
+``points.jsonl`` (one measured point per line, appended and synced as it is measured).
+
+Appending line by line is what makes a sweep resumable: an interrupted run keeps every finished
+point, a torn last line from a crash is dropped on reopen, and a rerun skips the keys it finds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Iterator
+
+from shardopt.errors import ShardoptError
+from shardopt.fileio import write_atomic
+
+MANIFEST = "manifest.json"
+POINTS = "points.jsonl"
+DATASET_FORMAT = "shardopt-profile"
+# Manifest fields that must match for a rerun to add to an existing dataset.
+RESUME_FIELDS = ("format", "version", "device", "device_name", "backend", "preset", "seed")
+
+
+def point_key(spec: dict) -> str:
+    """A stable id of what a point measures (not of what it measured)."""
+    return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def machine_metadata(device: str) -> dict:
+    import torch
+
+    meta = {
+        "device": "cuda" if device.startswith("cuda") else "cpu",
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+    try:
+        import importlib.metadata as md
+
+        meta["fbgemm_gpu"] = next(
+            (md.version(name) for name in ("fbgemm-gpu-cpu", "fbgemm-gpu") if _installed(name)),
+            None,
+        )
+    except Exception:  # noqa: BLE001 - metadata is informative only
+        meta["fbgemm_gpu"] = None
+    if device.startswith("cuda"):
+        meta["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        meta["cuda"] = torch.version.cuda
+    else:
+        meta["device_name"] = meta["cpu"]
+    return meta
+
+
+def _installed(name: str) -> bool:
+    import importlib.metadata as md
+
+    try:
+        md.version(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class ProfileDataset:
+    """Open (or create) a dataset folder for appending measured points."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST
+
+    @property
+    def points_path(self) -> Path:
+        return self.folder / POINTS
+
+    def manifest(self) -> dict:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            raise ShardoptError(f"{self.folder}: not a profile dataset (no {MANIFEST})") from None
+        except json.JSONDecodeError as exc:
+            raise ShardoptError(f"{self.manifest_path}: malformed JSON: {exc.msg}") from None
+
+    def start(self, manifest: dict) -> None:
+        """Create the dataset, or check that an existing one was made by the same sweep here."""
+        if self.manifest_path.exists():
+            old = self.manifest()
+            for field in RESUME_FIELDS:
+                if old.get(field) != manifest.get(field):
+                    raise ShardoptError(
+                        f"{self.manifest_path}: {field}: the dataset was measured with"
+                        f" {old.get(field)!r}, this run has {manifest.get(field)!r};"
+                        " use another output folder"
+                    )
+            self._drop_torn_tail()
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.manifest_path, json.dumps(manifest, indent=1) + "\n")
+
+    def _drop_torn_tail(self) -> None:
+        if not self.points_path.exists():
+            return
+        data = self.points_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(self.points_path, "r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+    def records(self, kind: str | None = None) -> Iterator[dict]:
+        if not self.points_path.exists():
+            return
+        with open(self.points_path) as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by a crash; its point is measured again
+                if kind is None or record.get("kind") == kind:
+                    yield record
+
+    def done_keys(self) -> set[str]:
+        return {r["key"] for r in self.records()}
+
+    def append(self, record: dict) -> None:
+        with open(self.points_path, "a") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())

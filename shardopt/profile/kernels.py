@@ -1,0 +1,220 @@
+"""Lookup kernels that profiling and replay time: FBGEMM's training TBE and a torch-native twin.
+
+Both hold several tables (or shards) in one fused module, take FBGEMM's input layout (ids and
+table-major bag offsets), return pooled embeddings ``[batch, sum of dims]``, and apply
+EXACT_ROWWISE_ADAGRAD inside the backward pass, as TorchRec's fused compute kernel does. The torch
+backend exists for machines without FBGEMM (a GPU host where the CUDA wheel cannot be installed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+LEARNING_RATE = 0.01
+EPS = 1e-8
+BACKENDS = ("fbgemm", "torch")
+LOCATIONS = ("hbm", "uvm", "uvm_caching")  # on CPU everything is host memory: "hbm"
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# What FBGEMM's training TBE computes on each device; other data types are measured as the nearest.
+TRAINABLE = {"cpu": ("fp32", "fp16"), "cuda": ("fp32", "fp16", "bf16")}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One table or shard inside a fused kernel."""
+
+    rows: int
+    dim: int
+
+
+class LookupKernel(Protocol):
+    backend: str
+
+    def prepare(self, indices: torch.Tensor, offsets: torch.Tensor) -> object:
+        """Inputs in the kernel's own layout, made once, outside any timing."""
+
+    def forward(self, prepared: object) -> torch.Tensor: ...
+
+    def backward(self, output: torch.Tensor, grad: torch.Tensor) -> None:
+        """Gradients and the fused optimizer update."""
+
+
+def fbgemm_available() -> bool:
+    return importlib.util.find_spec("fbgemm_gpu") is not None
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "fbgemm" if fbgemm_available() else "torch"
+    if backend == "fbgemm" and not fbgemm_available():
+        raise RuntimeError("backend fbgemm asked for, but fbgemm_gpu is not installed")
+    return backend
+
+
+def measured_precision(data_type: str, device: str) -> str:
+    """The precision a table of ``data_type`` is trained at here (int8 and bf16 fall back)."""
+    trainable = TRAINABLE["cuda" if device.startswith("cuda") else "cpu"]
+    return data_type if data_type in trainable else "fp16"
+
+
+def build_kernel(
+    backend: str,
+    specs: Sequence[KernelSpec],
+    *,
+    precision: str = "fp32",
+    device: str = "cpu",
+    location: str = "hbm",
+    cache_load_factor: float = 0.2,
+) -> LookupKernel:
+    backend = resolve_backend(backend)
+    if location not in LOCATIONS:
+        raise ValueError(f"unknown memory location {location!r}")
+    if backend == "fbgemm":
+        return FbgemmKernel(specs, precision, device, location, cache_load_factor)
+    if location != "hbm":
+        raise ValueError("the torch backend keeps tables in device memory only (location hbm)")
+    return TorchKernel(specs, precision, device)
+
+
+class FbgemmKernel:
+    """FBGEMM's SplitTableBatchedEmbeddingBagsCodegen with a fused row-wise Adagrad."""
+
+    backend = "fbgemm"
+
+    def __init__(self, specs, precision, device, location, cache_load_factor) -> None:
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            EmbeddingLocation,
+            PoolingMode,
+        )
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+
+        on_cuda = device.startswith("cuda")
+        where = {
+            "hbm": EmbeddingLocation.DEVICE if on_cuda else EmbeddingLocation.HOST,
+            "uvm": EmbeddingLocation.MANAGED,
+            "uvm_caching": EmbeddingLocation.MANAGED_CACHING,
+        }[location]
+        compute = ComputeDevice.CUDA if on_cuda else ComputeDevice.CPU
+        self.device = torch.device(device)
+        self.module = SplitTableBatchedEmbeddingBagsCodegen(
+            [(s.rows, s.dim, where, compute) for s in specs],
+            optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+            learning_rate=LEARNING_RATE,
+            eps=EPS,
+            weights_precision={"fp32": SparseType.FP32, "fp16": SparseType.FP16, "bf16": SparseType.BF16}[precision],
+            pooling_mode=PoolingMode.SUM,
+            cache_load_factor=cache_load_factor,
+            device=self.device,
+        )
+
+    def prepare(self, indices, offsets):
+        return indices.to(self.device), offsets.to(self.device)
+
+    def forward(self, prepared):
+        indices, offsets = prepared
+        return self.module(indices, offsets)
+
+    def backward(self, output, grad):
+        output.backward(grad)
+
+    def weights(self) -> list[torch.Tensor]:
+        return [w.detach().float().cpu().clone() for w in self.module.split_embedding_weights()]
+
+    def set_weights(self, weights: Sequence[torch.Tensor]) -> None:
+        for dst, src in zip(self.module.split_embedding_weights(), weights):
+            dst.detach().copy_(src)
+
+
+class TorchKernel:
+    """Tables of one dim share a weight; ``embedding_bag`` pools; row-wise Adagrad updates rows."""
+
+    backend = "torch"
+
+    def __init__(self, specs: Sequence[KernelSpec], precision: str, device: str) -> None:
+        self.device = torch.device(device)
+        self.specs = list(specs)
+        dtype = PRECISIONS[precision]
+        self.groups: list[list[int]] = []
+        for dim in sorted({s.dim for s in specs}):
+            self.groups.append([t for t, s in enumerate(specs) if s.dim == dim])
+        self.row_base: dict[int, int] = {}
+        self.weight: list[torch.Tensor] = []
+        self.momentum: list[torch.Tensor] = []
+        for members in self.groups:
+            base = 0
+            for t in members:
+                self.row_base[t] = base
+                base += specs[t].rows
+            dim = specs[members[0]].dim
+            bound = 1.0 / max(1, dim) ** 0.5
+            w = torch.empty(base, dim, dtype=dtype, device=self.device).uniform_(-bound, bound)
+            self.weight.append(w.requires_grad_())
+            self.momentum.append(torch.zeros(base, dtype=torch.float32, device=self.device))
+        # Output columns come out grouped by dim; this puts them back in table order.
+        grouped_cols = [
+            (t, c) for members in self.groups for t in members for c in range(specs[t].dim)
+        ]
+        start = [0]
+        for s in specs:
+            start.append(start[-1] + s.dim)
+        order = {tc: i for i, tc in enumerate(grouped_cols)}
+        self.column_order = torch.tensor(
+            [order[t, c] for t, s in enumerate(specs) for c in range(s.dim)], device=self.device
+        )
+
+    def prepare(self, indices, offsets):
+        batch = (len(offsets) - 1) // len(self.specs)
+        prepared = []
+        for members in self.groups:
+            ids, lengths = [], []
+            for t in members:
+                lo, hi = offsets[t * batch], offsets[(t + 1) * batch]
+                ids.append(indices[lo:hi] + self.row_base[t])
+                lengths.append(offsets[t * batch + 1 : (t + 1) * batch + 1] - offsets[t * batch : (t + 1) * batch])
+            flat = torch.cat(ids).to(self.device)
+            group_offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cat(lengths), 0)])
+            prepared.append((flat, group_offsets.to(self.device), len(members), batch))
+        return prepared
+
+    def forward(self, prepared):
+        outs = []
+        for w, (ids, offs, tables, batch) in zip(self.weight, prepared):
+            pooled = torch.nn.functional.embedding_bag(
+                ids, w, offs, mode="sum", sparse=True, include_last_offset=True
+            )
+            outs.append(pooled.view(tables, batch, -1).transpose(0, 1).reshape(batch, -1))
+        return torch.cat(outs, dim=1).index_select(1, self.column_order).float()
+
+    def backward(self, output, grad):
+        output.backward(grad)
+        with torch.no_grad():
+            for w, m in zip(self.weight, self.momentum):
+                g = w.grad.coalesce()
+                rows, values = g.indices()[0], g.values().float()
+                m.index_add_(0, rows, values.pow(2).mean(dim=1))
+                step = values * (-LEARNING_RATE / (m.index_select(0, rows).sqrt() + EPS)).unsqueeze(1)
+                w.index_add_(0, rows, step.to(w.dtype))
+                w.grad = None
+
+    def weights(self) -> list[torch.Tensor]:
+        out = []
+        for t, s in enumerate(self.specs):
+            g = next(i for i, members in enumerate(self.groups) if t in members)
+            base = self.row_base[t]
+            out.append(self.weight[g].detach()[base : base + s.rows].float().cpu().clone())
+        return out
+
+    def set_weights(self, weights: Sequence[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for t, src in enumerate(weights):
+                g = next(i for i, members in enumerate(self.groups) if t in members)
+                base = self.row_base[t]
+                self.weight[g][base : base + src.shape[0]].copy_(src)

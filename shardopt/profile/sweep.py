@@ -1,0 +1,237 @@
+"""Sweep presets and the resumable loop that measures them into a profile dataset.
+
+Presets (``unit`` for tests, ``smoke`` for a two-minute check, ``full`` for the dataset that trains the
+default model) are deterministic lists of points given a seed. Each point is appended to the
+dataset as soon as it is measured; a rerun measures only the points it does not find.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from shardopt import __version__
+from shardopt.profile.comm import PATTERNS, CommPoint
+from shardopt.profile.dataset import DATASET_FORMAT, ProfileDataset, machine_metadata, point_key
+from shardopt.synth import trace_histograms
+from shardopt.workload import Access, Table
+
+PRESETS = ("unit", "smoke", "full")
+DATASET_VERSION = 1
+DIMS = (16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one preset measures on one device."""
+
+    preset: str
+    tbe: list[dict]
+    comm: dict[int, list[CommPoint]]
+    warmup: int
+    iters: int
+    comm_warmup: int = 3
+    comm_iters: int = 10
+    notes: list[str] = field(default_factory=list)
+
+
+def _table(rows: int, dim: int, pooling: float, access: dict) -> dict:
+    return {"rows": int(rows), "dim": int(dim), "pooling_factor": round(float(pooling), 3), "access": access}
+
+
+def _tbe(tables: list[dict], batch: int, precision: str = "fp32", location: str = "hbm") -> dict:
+    return {"kind": "tbe", "batch": batch, "precision": precision, "location": location, "tables": tables}
+
+
+def _random_access(rng: np.random.Generator) -> dict:
+    pick = rng.random()
+    if pick < 0.25:
+        return {"distribution": "uniform"}
+    if pick < 0.65:
+        return {"distribution": "zipf", "alpha": round(float(rng.uniform(0.6, 1.3)), 3)}
+    _, uniq, acc = trace_histograms()[int(rng.integers(len(trace_histograms())))]
+    return {"distribution": "histogram", "unique_frac": uniq, "access_frac": acc}
+
+
+def _random_table(rng, max_elems: int, max_rows: float) -> dict:
+    dim = int(rng.choice(DIMS))
+    rows = int(math.exp(rng.uniform(math.log(1e3), math.log(max_rows))))
+    rows = max(100, min(rows, max_elems // dim))
+    pooling = math.exp(rng.uniform(0.0, math.log(100)))
+    return _table(rows, dim, pooling, _random_access(rng))
+
+
+def _cap_lookups(tables: list[dict], batch: int, max_lookups: float) -> None:
+    """Scale pooling factors down so one point stays within a time budget."""
+    lookups = batch * sum(t["pooling_factor"] for t in tables)
+    if lookups > max_lookups:
+        for t in tables:
+            t["pooling_factor"] = round(max(0.5, t["pooling_factor"] * max_lookups / lookups), 3)
+
+
+def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm") -> Sweep:
+    on_cuda = device.startswith("cuda")
+    rng = np.random.default_rng(seed)
+    zipf = {"distribution": "zipf", "alpha": 1.05}
+    uniform = {"distribution": "uniform"}
+    if preset == "unit":
+        tbe = [
+            _tbe([_table(2000, 16, 4, uniform)], 256),
+            _tbe([_table(5000, 32, 8, zipf)], 256),
+            _tbe([_table(1000 * (i + 1), 16 * (i + 1), 2 + i, zipf) for i in range(4)], 256),
+        ]
+        return Sweep(preset, tbe, {2: [CommPoint(2, 65536, "even")]}, warmup=1, iters=3,
+                     comm_warmup=1, comm_iters=3)
+    if preset == "smoke":
+        tbe = [
+            _tbe([_table(rows, dim, pooling, access)], 1024)
+            for rows in (20_000, 200_000)
+            for dim in (32, 128)
+            for pooling in (2, 16)
+            for access in (uniform, zipf)
+        ]
+        for n in (4, 6, 8, 8):
+            tables = [_random_table(rng, 4_000_000, 2e5) for _ in range(n)]
+            _cap_lookups(tables, 1024, 2e5)
+            tbe.append(_tbe(tables, 1024))
+        sizes = (4096, 262_144, 4_194_304)
+        comm = {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
+        return Sweep(preset, tbe, comm, warmup=1, iters=3, comm_warmup=2, comm_iters=5)
+    if preset == "full":
+        max_elems = 2**28 if on_cuda else 2**24
+        max_rows = 2e7 if on_cuda else 2e6
+        max_lookups = 2e7 if on_cuda else 4e5
+        batches = (2048, 8192, 32768) if on_cuda else (512, 2048, 4096)
+        precisions = ("fp32", "fp16", "bf16") if on_cuda else ("fp32", "fp16")
+        locations = ("hbm", "uvm", "uvm_caching") if on_cuda and backend == "fbgemm" else ("hbm",)
+        tbe = []
+        for _ in range(240):
+            table = _random_table(rng, max_elems, max_rows)
+            batch = int(rng.choice(batches))
+            _cap_lookups([table], batch, max_lookups)
+            precision = precisions[0] if rng.random() < 0.7 else str(rng.choice(precisions[1:]))
+            location = locations[0] if rng.random() < 0.7 else str(rng.choice(locations))
+            tbe.append(_tbe([table], batch, precision, location))
+        for _ in range(100):
+            n = int(rng.integers(2, 17))
+            tables = [_random_table(rng, max_elems // 4, max_rows / 4) for _ in range(n)]
+            batch = int(rng.choice(batches))
+            _cap_lookups(tables, batch, max_lookups * 2)
+            tbe.append(_tbe(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
+        sizes = tuple(int(2**k) for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
+        comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4, 8)}
+        notes = (
+            ["all-to-all not measured: NCCL needs several GPUs; run under torchrun --nproc-per-node N"]
+            if on_cuda
+            else []
+        )
+        return Sweep(preset, tbe, comm, warmup=2, iters=5, notes=notes)
+    raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+
+
+def tables_of(spec: dict) -> list[Table]:
+    adapter = TypeAdapter(Access)
+    return [
+        Table(
+            name=f"t{i}",
+            num_embeddings=t["rows"],
+            embedding_dim=t["dim"],
+            pooling_factor=t["pooling_factor"],
+            access=adapter.validate_python(t["access"]),
+        )
+        for i, t in enumerate(spec["tables"])
+    ]
+
+
+def comm_spec(point: CommPoint) -> dict:
+    return {"kind": "a2a", "world_size": point.world_size, "message_bytes": point.message_bytes,
+            "pattern": point.pattern}
+
+
+@dataclass
+class SweepResult:
+    measured: int
+    skipped: int
+    seconds: float
+
+
+def run_sweep(
+    folder: str,
+    *,
+    preset: str,
+    device: str = "cpu",
+    backend: str = "auto",
+    seed: int = 0,
+    progress: bool | None = None,
+    on_point: Callable[[dict], None] | None = None,
+) -> SweepResult:
+    """Measure every point of the preset that the dataset at ``folder`` does not hold yet."""
+    import torch
+    from tqdm import tqdm
+
+    from shardopt.profile.comm import measurement_to_dict, spawn_all_to_all
+    from shardopt.profile.kernels import resolve_backend
+    from shardopt.profile.tbe import measure_tables, timing_dict
+
+    backend = resolve_backend(backend)
+    sweep = build_sweep(preset, device, seed, backend)
+    meta = machine_metadata(device)
+    manifest = {
+        "format": DATASET_FORMAT,
+        "version": DATASET_VERSION,
+        "preset": preset,
+        "seed": seed,
+        "backend": backend,
+        "threads_per_rank": 1 if device == "cpu" else None,
+        "shardopt": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "notes": sweep.notes,
+        **meta,
+    }
+    dataset = ProfileDataset(folder)
+    dataset.start(manifest)
+    done = dataset.done_keys()
+    if device == "cpu":
+        torch.set_num_threads(1)  # a CPU rank is one intra-op thread; ranks share the host's cores
+    tbe_todo = [s for s in sweep.tbe if point_key(s) not in done]
+    comm_todo = {
+        w: [p for p in pts if point_key(comm_spec(p)) not in done] for w, pts in sweep.comm.items()
+    }
+    total = len(sweep.tbe) + sum(len(p) for p in sweep.comm.values())
+    todo = len(tbe_todo) + sum(len(p) for p in comm_todo.values())
+    started = time.perf_counter()
+    with tqdm(total=total, initial=total - todo, desc=f"profile {preset}", unit="pt",
+              disable=progress is False if progress is not None else None) as bar:
+        for spec in tbe_todo:
+            m = measure_tables(
+                tables_of(spec), spec["batch"], backend=backend, device=device,
+                precision=spec["precision"], location=spec["location"],
+                warmup=sweep.warmup, iters=sweep.iters, seed=seed,
+            )
+            record = {
+                **spec, "key": point_key(spec), "backend": m.backend, "device": meta["device"],
+                "fwd": timing_dict(m.fwd), "bwd": timing_dict(m.bwd),
+                "lookups": m.lookups, "unique_rows": list(m.unique_rows),
+            }
+            dataset.append(record)
+            if on_point:
+                on_point(record)
+            bar.update()
+        for world, points in comm_todo.items():
+            if not points:
+                continue
+            for m in spawn_all_to_all(world, points, warmup=sweep.comm_warmup, iters=sweep.comm_iters):
+                spec = comm_spec(m.point)
+                record = {**spec, "key": point_key(spec), "backend": m.backend,
+                          "device": meta["device"], "timing": measurement_to_dict(m)["timing"]}
+                dataset.append(record)
+                if on_point:
+                    on_point(record)
+                bar.update()
+    return SweepResult(todo, total - todo, time.perf_counter() - started)

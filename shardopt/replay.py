@@ -1,0 +1,220 @@
+"""Replay: measure a plan (ours or anyone's) on this machine's real lookup kernels.
+
+For each rank, one fused kernel per precision holds that rank's shards (data-parallel replicas in
+a kernel of their own, since they pool the local batch only). Each kernel is fed the lookups its
+rank really receives for one global batch drawn from the workload's access distributions:
+row-wise shards get the ids in their row range, column-wise shards every id of their table,
+data-parallel replicas the rank's local batch. Forward and backward (with the fused optimizer
+update) are timed with warm-up and medians. Communication comes from a measured all-to-all profile
+when one is given, else from the workload's declared bandwidths through the analytic model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from shardopt.costmodel.analytic import AnalyticCostModel, CommBytes, comm_bytes, shard_lookups
+from shardopt.lookups import Bags, sample_bags
+from shardopt.plan import Plan, RankBreakdown, TablePlan
+from shardopt.profile.kernels import KernelSpec, measured_precision, resolve_backend
+from shardopt.profile.tbe import measure_kernel
+from shardopt.workload import Workload
+
+
+@dataclass(frozen=True)
+class RankReplay:
+    measured: RankBreakdown
+    fwd_spread_ms: float  # p75 - p25 of the forward time, summed over the rank's kernels
+    bwd_spread_ms: float
+    kernels: int
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    ranks: tuple[RankReplay, ...]
+    backend: str
+    comm_source: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def per_rank(self) -> tuple[RankBreakdown, ...]:
+        return tuple(r.measured for r in self.ranks)
+
+    @property
+    def bottleneck(self) -> RankBreakdown:
+        return max(self.per_rank, key=lambda r: (r.total_ms, -r.rank))
+
+
+class CommSource:
+    """Per-rank communication milliseconds (forward, backward) for a plan."""
+
+    name: str
+
+    def rank_comm_ms(self, workload: Workload, tables: Sequence[TablePlan]) -> list[tuple[float, float]]:
+        raise NotImplementedError
+
+
+class DeclaredBandwidthComm(CommSource):
+    """The analytic model's communication terms: the topology's (or profile's) bandwidths."""
+
+    name = "declared bandwidths (analytic model)"
+
+    def __init__(self, model: Optional[AnalyticCostModel] = None) -> None:
+        self.model = model or AnalyticCostModel()
+
+    def rank_comm_ms(self, workload, tables):
+        return [(r.fwd_comm_ms, r.bwd_comm_ms) for r in self.model.breakdown(workload, tables)]
+
+
+class ProfiledComm(CommSource):
+    """All-to-all times interpolated (log-log) from a measured profile at the plan's world size."""
+
+    def __init__(self, records: Sequence[dict], source: str) -> None:
+        self.curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        points: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        for r in records:
+            points[r["world_size"], r["pattern"]].append(
+                (float(r["message_bytes"]), r["timing"]["median_us"] / 1e3)
+            )
+        for key, pts in points.items():
+            pts.sort()
+            self.curves[key] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+        self.source = source
+        self.name = f"measured all-to-all ({source})"
+
+    def world_sizes(self) -> list[int]:
+        return sorted({w for w, _ in self.curves})
+
+    def time_ms(self, world: int, pattern: str, message_bytes: float) -> float:
+        """Latency-bound below the smallest size measured, bandwidth-bound above the largest."""
+        if message_bytes <= 0:
+            return 0.0
+        sizes, times = self.curves[world, pattern]
+        if message_bytes <= sizes[0]:
+            return float(times[0])
+        if message_bytes >= sizes[-1]:
+            return float(times[-1] * message_bytes / sizes[-1])
+        return float(np.exp(np.interp(np.log(message_bytes), np.log(sizes), np.log(times))))
+
+    def rank_comm_ms(self, workload, tables):
+        world = workload.topology.world_size
+        if world == 1:
+            return [(0.0, 0.0)]
+        measured = self.world_sizes()
+        if world not in measured:
+            raise ValueError(
+                f"{self.source}: no all-to-all measured at world size {world}"
+                f" (measured: {', '.join(map(str, measured)) or 'none'})"
+            )
+        out = []
+        for b in rank_comm_bytes(workload, tables):
+            pooled = self.time_ms(world, "pooled", b.pooled + b.host_local)
+            fwd = self.time_ms(world, "even", b.ids) + pooled
+            allreduce = 2 * self.time_ms(world, "even", b.allreduce * (world - 1) / world)
+            out.append((fwd, pooled + allreduce))
+        return out
+
+
+def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[CommBytes]:
+    """What each rank puts on the wire, summed over its shards."""
+    by_name = {t.name: t for t in workload.tables}
+    sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(workload.topology.world_size)]
+    for tp in tables:
+        table = by_name[tp.name]
+        for shard in tp.shards:
+            rows, cols = shard.sizes
+            lookups = shard_lookups(workload, table, tp.sharding_type, rows)
+            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups)
+            acc = sums[shard.rank]
+            acc[0] += b.ids
+            acc[1] += b.pooled
+            acc[2] += b.host_local
+            acc[3] += b.allreduce
+    return [CommBytes(*acc) for acc in sums]
+
+
+def _rank_bags(
+    workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags]
+) -> dict[tuple[str, bool], list[tuple[KernelSpec, Bags]]]:
+    """The shards of one rank grouped into kernels: (precision, data-parallel) -> shards."""
+    by_name = {t.name: t for t in workload.tables}
+    batch = workload.batch_size
+    groups: dict[tuple[str, bool], list[tuple[KernelSpec, Bags]]] = defaultdict(list)
+    for tp in plan.tables:
+        table = by_name[tp.name]
+        for shard in tp.shards:
+            if shard.rank != rank:
+                continue
+            (r0, _), (nr, nc) = shard.offsets, shard.sizes
+            bags = batches[tp.name]
+            dp = tp.sharding_type == "data_parallel"
+            if dp:
+                bags = bags.samples(rank * batch, batch)
+            elif (r0, nr) != (0, table.num_embeddings):
+                bags = bags.rows(r0, nr)
+            precision = measured_precision(table.data_type, "cpu")
+            groups[precision, dp].append((KernelSpec(nr, nc), bags))
+    return groups
+
+
+def replay_plan(
+    workload: Workload,
+    plan: Plan,
+    *,
+    backend: str = "auto",
+    device: str = "cpu",
+    warmup: int = 2,
+    iters: int = 5,
+    seed: int = 0,
+    comm: Optional[CommSource] = None,
+    progress=None,
+) -> ReplayResult:
+    """Measure every rank's fused kernels; ``progress`` is called with each finished rank."""
+    import torch
+
+    backend = resolve_backend(backend)
+    comm = comm or DeclaredBandwidthComm()
+    if device == "cpu":
+        torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
+    world = workload.topology.world_size
+    global_batch = workload.batch_size * world
+    batches = {
+        t.name: sample_bags(t, global_batch, np.random.default_rng([seed, i]))
+        for i, t in enumerate(workload.tables)
+    }
+    notes = sorted(
+        {
+            f"{t.data_type} tables are measured at {measured_precision(t.data_type, device)}"
+            for t in workload.tables
+            if measured_precision(t.data_type, device) != t.data_type
+        }
+    )
+    comm_ms = comm.rank_comm_ms(workload, plan.tables)
+    memory = [r.hbm_bytes for r in AnalyticCostModel().breakdown(workload, plan.tables)]
+    ranks = []
+    for rank in range(world):
+        fwd = bwd = fwd_spread = bwd_spread = 0.0
+        groups = _rank_bags(workload, plan, rank, batches)
+        for (precision, _), members in sorted(groups.items()):
+            specs = [spec for spec, _ in members]
+            m = measure_kernel(
+                specs, [bags for _, bags in members], backend=backend, device=device,
+                precision=precision, warmup=warmup, iters=iters,
+            )
+            fwd += m.fwd.median_us / 1e3
+            bwd += m.bwd.median_us / 1e3
+            fwd_spread += (m.fwd.p75_us - m.fwd.p25_us) / 1e3
+            bwd_spread += (m.bwd.p75_us - m.bwd.p25_us) / 1e3
+        fcomm, bcomm = comm_ms[rank]
+        measured = RankBreakdown(
+            rank=rank, fwd_compute_ms=fwd, bwd_compute_ms=bwd, fwd_comm_ms=fcomm,
+            bwd_comm_ms=bcomm, total_ms=fwd + bwd + fcomm + bcomm, hbm_bytes=memory[rank],
+        )
+        ranks.append(RankReplay(measured, fwd_spread, bwd_spread, len(groups)))
+        if progress:
+            progress(rank)
+    return ReplayResult(tuple(ranks), backend, comm.name, tuple(notes))

@@ -1,0 +1,134 @@
+"""The profiler: datasets with the promised rows, resumable after SIGINT, CUDA path arguments."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli
+from shardopt.profile import comm as comm_module
+from shardopt.profile.dataset import ProfileDataset, point_key
+from shardopt.profile.sweep import build_sweep
+
+
+@pytest.fixture(scope="module")
+def unit_dataset(tmp_path_factory):
+    from shardopt.profile.sweep import run_sweep
+
+    folder = tmp_path_factory.mktemp("profile") / "unit"
+    run_sweep(str(folder), preset="unit", progress=False)
+    return ProfileDataset(folder)
+
+
+def test_unit_profile_has_singles_fused_and_all_to_all(unit_dataset):
+    tbe = list(unit_dataset.records("tbe"))
+    a2a = list(unit_dataset.records("a2a"))
+    assert any(len(r["tables"]) == 1 for r in tbe)
+    assert any(len(r["tables"]) >= 4 for r in tbe)
+    assert a2a and a2a[0]["backend"] == "gloo" and a2a[0]["timing"]["median_us"] > 0
+    for r in tbe:
+        assert r["backend"] in ("fbgemm", "torch")
+        assert 0 < r["fwd"]["p25_us"] <= r["fwd"]["median_us"] <= r["fwd"]["p75_us"]
+        assert r["bwd"]["runs"] == 3 and r["lookups"] > 0
+        assert len(r["unique_rows"]) == len(r["tables"])
+    manifest = unit_dataset.manifest()
+    for field in ("device_name", "cores", "torch", "fbgemm_gpu", "backend", "threads_per_rank"):
+        assert field in manifest
+
+
+def test_smoke_preset_covers_the_acceptance_rows():
+    sweep = build_sweep("smoke", "cpu")
+    assert any(len(p["tables"]) == 1 for p in sweep.tbe)
+    assert any(len(p["tables"]) >= 4 for p in sweep.tbe)
+    assert len(sweep.comm) >= 2
+
+
+def test_sweeps_are_deterministic():
+    a, b = build_sweep("full", "cpu", seed=3), build_sweep("full", "cpu", seed=3)
+    assert [point_key(p) for p in a.tbe] == [point_key(p) for p in b.tbe]
+    assert [point_key(p) for p in a.tbe] != [point_key(p) for p in build_sweep("full", "cpu", 4).tbe]
+
+
+def test_cuda_sweep_plans_memory_tiers_and_no_single_gpu_nccl():
+    sweep = build_sweep("full", "cuda", backend="fbgemm")
+    assert {p["location"] for p in sweep.tbe} == {"hbm", "uvm", "uvm_caching"}
+    assert "bf16" in {p["precision"] for p in sweep.tbe}
+    assert sweep.comm == {} and "torchrun" in sweep.notes[0]
+    torch_only = build_sweep("full", "cuda", backend="torch")
+    assert {p["location"] for p in torch_only.tbe} == {"hbm"}
+
+
+def test_launcher_joins_nccl_on_its_local_gpu(monkeypatch):
+    calls = []
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(comm_module.torch.cuda, "set_device", lambda d: calls.append(("dev", d)))
+    monkeypatch.setattr(comm_module.dist, "init_process_group", lambda b: calls.append(("pg", b)))
+    assert comm_module.init_from_launcher("cuda") == "cuda:3"
+    assert calls == [("dev", 3), ("pg", "nccl")]
+    calls.clear()
+    assert comm_module.init_from_launcher("cpu") == "cpu"
+    assert calls == [("pg", "gloo")]
+
+
+def test_torchrun_environment_is_detected(monkeypatch):
+    for var in ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(var, raising=False)
+    assert not comm_module.launched_by_torchrun()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert comm_module.launched_by_torchrun()
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(runner, tmp_path):
+    result = run_cli(runner, "profile", "--device", "cuda", "-o", tmp_path / "p")
+    assert result.exit_code == 2
+    assert "no CUDA device" in result.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_resuming_into_another_sweep_is_refused(runner, unit_dataset):
+    result = run_cli(runner, "profile", "--preset", "smoke", "-o", unit_dataset.folder)
+    assert result.exit_code == 2
+    assert "preset: the dataset was measured with 'unit'" in result.stderr
+
+
+def test_torn_last_line_is_dropped_and_measured_again(tmp_path):
+    ds = ProfileDataset(tmp_path / "d")
+    ds.start({"format": "shardopt-profile", "preset": "unit"})
+    ds.append({"key": "a", "kind": "tbe"})
+    with open(ds.points_path, "a") as handle:
+        handle.write('{"key": "b", "ki')
+    assert ds.done_keys() == {"a"}
+    ds.start({"format": "shardopt-profile", "preset": "unit"})
+    ds.append({"key": "c", "kind": "tbe"})
+    assert [r["key"] for r in ds.records()] == ["a", "c"]
+
+
+def test_sigint_keeps_points_and_rerun_resumes(tmp_path):
+    folder = tmp_path / "p"
+    cmd = [sys.executable, "-m", "shardopt", "profile", "--preset", "unit", "-o", str(folder)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    points = folder / "points.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if points.exists() and points.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "rerun to resume" in err
+    kept = points.read_text().splitlines()
+    total = len(build_sweep("unit", "cpu").tbe) + 1
+    assert 1 <= len(kept) < total
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"({len(kept)} already there)" in done.stdout
+    lines = points.read_text().splitlines()
+    assert lines[: len(kept)] == kept  # finished points were not measured again
+    keys = [json.loads(line)["key"] for line in lines]
+    assert len(keys) == len(set(keys)) == total

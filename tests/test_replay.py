@@ -1,0 +1,130 @@
+"""Replay measures real kernels for every rank and routes each shard the lookups it would get."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import DATA, run_cli
+from shardopt.lookups import sample_bags
+from shardopt.plan import read_plan
+from shardopt.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags, rank_comm_bytes
+from shardopt.workload import read_workload
+
+
+@pytest.fixture(scope="module")
+def good():
+    workload, _ = read_workload(DATA / "good.yaml")
+    return workload, read_plan(DATA / "good_plan.json")
+
+
+def _row_wise_plan(plan):
+    from dataclasses import replace
+
+    from shardopt.plan import Shard
+
+    tables = list(plan.tables)
+    tables[0] = replace(
+        tables[0],
+        sharding_type="row_wise",
+        shards=(Shard(rank=0, offsets=(0, 0), sizes=(12000, 64)),
+                Shard(rank=1, offsets=(12000, 0), sizes=(8000, 64))),
+    )
+    return replace(plan, tables=tuple(tables))
+
+
+def test_row_wise_shards_get_their_rows_only(good):
+    workload, plan = good
+    plan = _row_wise_plan(plan)
+    batches = {
+        t.name: sample_bags(t, workload.batch_size * 2, np.random.default_rng(i))
+        for i, t in enumerate(workload.tables)
+    }
+    user = batches["user_id"]
+    for rank, (lo, n) in enumerate([(0, 12000), (12000, 8000)]):
+        groups = _rank_bags(workload, plan, rank, batches)
+        shard_bags = [b for members in groups.values() for spec, b in members if spec.rows == n]
+        assert len(shard_bags) == 1
+        bags = shard_bags[0]
+        assert bags.ids.max() < n
+        expected = np.sum((user.ids >= lo) & (user.ids < lo + n))
+        assert len(bags.ids) == expected
+        assert len(bags.lengths) == workload.batch_size * 2  # every sample of the global batch
+
+
+def test_data_parallel_replicas_get_the_local_batch(good):
+    from dataclasses import replace
+
+    from shardopt.plan import Shard
+
+    workload, plan = good
+    tables = list(plan.tables)
+    tables[2] = replace(
+        tables[2],
+        sharding_type="data_parallel",
+        shards=(Shard(rank=0, offsets=(0, 0), sizes=(300, 16)),
+                Shard(rank=1, offsets=(0, 0), sizes=(300, 16))),
+    )
+    plan = replace(plan, tables=tuple(tables))
+    batches = {
+        t.name: sample_bags(t, workload.batch_size * 2, np.random.default_rng(i))
+        for i, t in enumerate(workload.tables)
+    }
+    groups = _rank_bags(workload, plan, 1, batches)
+    dp = [b for (precision, is_dp), members in groups.items() if is_dp for _, b in members]
+    assert len(dp) == 1 and len(dp[0].lengths) == workload.batch_size
+    assert np.array_equal(dp[0].lengths, batches["country"].lengths[workload.batch_size :])
+
+
+def test_replay_cli_prints_measured_beside_predicted(runner, tmp_path):
+    result = run_cli(
+        runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--iters", "2",
+        "--warmup", "1", "--json",
+    )
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert len(data["measured"]) == 2 and len(data["predicted"]["per_rank"]) == 2
+    for m in data["measured"]:
+        assert m["fwd_compute_ms"] > 0 and m["bwd_compute_ms"] > 0
+        assert m["total_ms"] == pytest.approx(
+            m["fwd_compute_ms"] + m["bwd_compute_ms"] + m["fwd_comm_ms"] + m["bwd_comm_ms"]
+        )
+    assert "fp16 tables are measured at fp16" not in data["notes"]
+    text = run_cli(runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--iters", "1")
+    assert "replayed bottleneck: rank" in text.stdout and "predicted by analytic-v0" in text.stdout
+
+
+def test_replay_refuses_a_plan_that_does_not_fit(runner, tmp_path):
+    plan = json.loads((DATA / "good_plan.json").read_text())
+    plan["tables"].pop()
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan))
+    result = run_cli(runner, "replay", DATA / "good.yaml", path)
+    assert result.exit_code == 2
+    assert "does not fit" in result.stderr and "country" in result.stderr
+
+
+def test_profiled_comm_interpolates_and_extrapolates(good):
+    workload, plan = good
+    records = [
+        {"world_size": 2, "pattern": p, "message_bytes": s, "timing": {"median_us": us}}
+        for p in ("even", "pooled")
+        for s, us in ((1000, 100.0), (100_000, 1000.0))
+    ]
+    comm = ProfiledComm(records, "test")
+    assert comm.time_ms(2, "even", 10) == pytest.approx(0.1)  # latency floor
+    assert comm.time_ms(2, "even", 10_000) == pytest.approx(np.sqrt(0.1 * 1.0))  # log-log middle
+    assert comm.time_ms(2, "even", 200_000) == pytest.approx(2.0)  # bandwidth-bound beyond
+    per_rank = comm.rank_comm_ms(workload, plan.tables)
+    assert len(per_rank) == 2 and all(f > 0 and b > 0 for f, b in per_rank)
+    with pytest.raises(ValueError, match="no all-to-all measured at world size 2"):
+        ProfiledComm([r | {"world_size": 4} for r in records], "t").rank_comm_ms(workload, plan.tables)
+
+
+def test_declared_comm_matches_the_analytic_prediction(good):
+    workload, plan = good
+    declared = DeclaredBandwidthComm().rank_comm_ms(workload, plan.tables)
+    for (f, b), pred in zip(declared, plan.predicted.per_rank):
+        assert f == pytest.approx(pred.fwd_comm_ms, abs=1e-6)  # the plan file keeps 6 decimals
+        assert b == pytest.approx(pred.bwd_comm_ms, abs=1e-6)
+    assert sum(b.pooled for b in rank_comm_bytes(workload, plan.tables)) > 0
