@@ -107,22 +107,22 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
         max_elems = 2**28 if on_cuda else 2**24
         max_rows = 2e7 if on_cuda else 2e6
         max_lookups = 2e7 if on_cuda else 4e5
-        batches = (2048, 8192, 32768) if on_cuda else (512, 2048, 4096)
+        batches = (2048, 8192, 32768) if on_cuda else (512, 2048, 4096, 8192)
         precisions = ("fp32", "fp16", "bf16") if on_cuda else ("fp32", "fp16")
         locations = ("hbm", "uvm", "uvm_caching") if on_cuda and backend == "fbgemm" else ("hbm",)
         tbe = []
-        for _ in range(240):
+        for _ in range(400):
             table = _random_table(rng, max_elems, max_rows)
             batch = int(rng.choice(batches))
             _cap_lookups([table], batch, max_lookups)
             precision = precisions[0] if rng.random() < 0.7 else str(rng.choice(precisions[1:]))
             location = locations[0] if rng.random() < 0.7 else str(rng.choice(locations))
             tbe.append(_tbe([table], batch, precision, location))
-        for _ in range(100):
+        for _ in range(200):
             n = int(rng.integers(2, 17))
             tables = [_random_table(rng, max_elems // 4, max_rows / 4) for _ in range(n)]
             batch = int(rng.choice(batches))
-            _cap_lookups(tables, batch, max_lookups * 2)
+            _cap_lookups(tables, batch, max_lookups * 4)  # a replayed CPU rank sees ~1M lookups
             tbe.append(_tbe(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
         sizes = tuple(int(2**k) for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
         comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4, 8)}
@@ -146,6 +146,13 @@ def tables_of(spec: dict) -> list[Table]:
             access=adapter.validate_python(t["access"]),
         )
         for i, t in enumerate(spec["tables"])
+    ]
+
+
+def comm_sizes(sweep: Sweep) -> list[int]:
+    """The message sizes a preset measures, whatever the world size."""
+    return sorted({p.message_bytes for points in sweep.comm.values() for p in points}) or [
+        int(2**k) for k in range(10, 25, 2)
     ]
 
 
@@ -175,10 +182,14 @@ def run_sweep(
     import torch
     from tqdm import tqdm
 
-    from shardopt.profile.comm import measurement_to_dict, spawn_all_to_all
+    from shardopt.profile.comm import spawn_all_to_all
     from shardopt.profile.kernels import resolve_backend
     from shardopt.profile.tbe import measure_tables, timing_dict
 
+    from shardopt.profile.comm import launched_by_torchrun
+
+    if launched_by_torchrun():
+        return _run_launched_comm(folder, preset=preset, device=device, seed=seed)
     backend = resolve_backend(backend)
     sweep = build_sweep(preset, device, seed, backend)
     meta = machine_metadata(device)
@@ -227,11 +238,52 @@ def run_sweep(
             if not points:
                 continue
             for m in spawn_all_to_all(world, points, warmup=sweep.comm_warmup, iters=sweep.comm_iters):
-                spec = comm_spec(m.point)
-                record = {**spec, "key": point_key(spec), "backend": m.backend,
-                          "device": meta["device"], "timing": measurement_to_dict(m)["timing"]}
+                record = _comm_record(m, meta["device"])
                 dataset.append(record)
                 if on_point:
                     on_point(record)
                 bar.update()
     return SweepResult(todo, total - todo, time.perf_counter() - started)
+
+
+def _comm_record(m, device: str) -> dict:
+    from shardopt.profile.comm import measurement_to_dict
+
+    spec = comm_spec(m.point)
+    return {**spec, "key": point_key(spec), "backend": m.backend, "device": device,
+            "timing": measurement_to_dict(m)["timing"]}
+
+
+def _run_launched_comm(folder: str, *, preset: str, device: str, seed: int) -> SweepResult:
+    """Under torchrun: every rank joins the launcher's group; rank 0 records the all-to-alls."""
+    import torch.distributed as dist
+
+    from shardopt.profile.comm import init_from_launcher, run_all_to_all
+
+    started = time.perf_counter()
+    local_device = init_from_launcher(device)
+    try:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        sweep = build_sweep(preset, device, seed)
+        points = [CommPoint(world, size, p) for size in comm_sizes(sweep) for p in PATTERNS]
+        dataset = ProfileDataset(folder)
+        if rank == 0:
+            manifest = {
+                "format": DATASET_FORMAT, "version": DATASET_VERSION, "preset": preset,
+                "seed": seed, "backend": dist.get_backend(), "shardopt": __version__,
+                "launcher": "torchrun", **machine_metadata(local_device),
+            }
+            dataset.start(manifest)
+        done = dataset.done_keys() if rank == 0 else set()
+        flags = [point_key(comm_spec(p)) in done for p in points]
+        shared = [flags]
+        dist.broadcast_object_list(shared, src=0)  # every rank must run the same collectives
+        todo = [p for p, skip in zip(points, shared[0]) if not skip]
+        measured = run_all_to_all(todo, device=local_device, warmup=sweep.comm_warmup,
+                                  iters=sweep.comm_iters)
+        if rank == 0:
+            for m in measured:
+                dataset.append(_comm_record(m, "cuda" if device.startswith("cuda") else "cpu"))
+        return SweepResult(len(todo), len(points) - len(todo), time.perf_counter() - started)
+    finally:
+        dist.destroy_process_group()
