@@ -210,8 +210,8 @@ def stats(trace: Path, base: Path | None, name: str | None, dim: int, world_size
               " [default: the workload's declared bandwidths].")
 @click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch"]), default="auto",
               show_default=True)
-@click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @_user_errors

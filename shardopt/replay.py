@@ -25,6 +25,11 @@ from shardopt.profile.tbe import measure_kernel
 from shardopt.workload import Workload
 
 
+# A 2-core VM's timings wander by several percent; ten iterations keep two replays within a few.
+REPLAY_WARMUP = 3
+REPLAY_ITERS = 10
+
+
 @dataclass(frozen=True)
 class RankReplay:
     measured: RankBreakdown
@@ -167,8 +172,8 @@ def replay_plan(
     *,
     backend: str = "auto",
     device: str = "cpu",
-    warmup: int = 2,
-    iters: int = 5,
+    warmup: int = REPLAY_WARMUP,
+    iters: int = REPLAY_ITERS,
     seed: int = 0,
     comm: Optional[CommSource] = None,
     progress=None,
