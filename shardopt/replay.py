@@ -143,7 +143,7 @@ def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[Com
 
 
 def _rank_bags(
-    workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags]
+    workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags], device: str = "cpu"
 ) -> dict[tuple[str, bool], list[tuple[KernelSpec, Bags]]]:
     """The shards of one rank grouped into kernels: (precision, data-parallel) -> shards."""
     by_name = {t.name: t for t in workload.tables}
@@ -161,7 +161,7 @@ def _rank_bags(
                 bags = bags.samples(rank * batch, batch)
             elif (r0, nr) != (0, table.num_embeddings):
                 bags = bags.rows(r0, nr)
-            precision = measured_precision(table.data_type, "cpu")
+            precision = measured_precision(table.data_type, device)
             groups[precision, dp].append((KernelSpec(nr, nc), bags))
     return groups
 
@@ -203,7 +203,7 @@ def replay_plan(
     ranks = []
     for rank in range(world):
         fwd = bwd = fwd_spread = bwd_spread = 0.0
-        groups = _rank_bags(workload, plan, rank, batches)
+        groups = _rank_bags(workload, plan, rank, batches, device)
         for (precision, _), members in sorted(groups.items()):
             specs = [spec for spec, _ in members]
             m = measure_kernel(
