@@ -1,13 +1,14 @@
 """Replay measures real kernels for every rank and routes each shard the lookups it would get."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from conftest import DATA, run_cli
 from shardopt.lookups import sample_bags
-from shardopt.plan import read_plan
+from shardopt.plan import Shard, read_plan
 from shardopt.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags, rank_comm_bytes
 from shardopt.workload import read_workload
 
@@ -18,28 +19,28 @@ def good():
     return workload, read_plan(DATA / "good_plan.json")
 
 
-def _row_wise_plan(plan):
-    from dataclasses import replace
-
-    from shardopt.plan import Shard
-
+def _recut(plan, index, sharding_type, shards):
+    """The plan with table ``index`` cut anew: shards as (rank, row_offset, rows, cols)."""
     tables = list(plan.tables)
-    tables[0] = replace(
-        tables[0],
-        sharding_type="row_wise",
-        shards=(Shard(rank=0, offsets=(0, 0), sizes=(12000, 64)),
-                Shard(rank=1, offsets=(12000, 0), sizes=(8000, 64))),
+    tables[index] = replace(
+        tables[index],
+        sharding_type=sharding_type,
+        shards=tuple(Shard(rank=r, offsets=(o, 0), sizes=(n, c)) for r, o, n, c in shards),
     )
     return replace(plan, tables=tuple(tables))
 
 
-def test_row_wise_shards_get_their_rows_only(good):
-    workload, plan = good
-    plan = _row_wise_plan(plan)
-    batches = {
+def _batches(workload):
+    return {
         t.name: sample_bags(t, workload.batch_size * 2, np.random.default_rng(i))
         for i, t in enumerate(workload.tables)
     }
+
+
+def test_row_wise_shards_get_their_rows_only(good):
+    workload, plan = good
+    plan = _recut(plan, 0, "row_wise", [(0, 0, 12000, 64), (1, 12000, 8000, 64)])
+    batches = _batches(workload)
     user = batches["user_id"]
     for rank, (lo, n) in enumerate([(0, 12000), (12000, 8000)]):
         groups = _rank_bags(workload, plan, rank, batches)
@@ -53,23 +54,9 @@ def test_row_wise_shards_get_their_rows_only(good):
 
 
 def test_data_parallel_replicas_get_the_local_batch(good):
-    from dataclasses import replace
-
-    from shardopt.plan import Shard
-
     workload, plan = good
-    tables = list(plan.tables)
-    tables[2] = replace(
-        tables[2],
-        sharding_type="data_parallel",
-        shards=(Shard(rank=0, offsets=(0, 0), sizes=(300, 16)),
-                Shard(rank=1, offsets=(0, 0), sizes=(300, 16))),
-    )
-    plan = replace(plan, tables=tuple(tables))
-    batches = {
-        t.name: sample_bags(t, workload.batch_size * 2, np.random.default_rng(i))
-        for i, t in enumerate(workload.tables)
-    }
+    plan = _recut(plan, 2, "data_parallel", [(0, 0, 300, 16), (1, 0, 300, 16)])
+    batches = _batches(workload)
     groups = _rank_bags(workload, plan, 1, batches)
     dp = [b for (precision, is_dp), members in groups.items() if is_dp for _, b in members]
     assert len(dp) == 1 and len(dp[0].lengths) == workload.batch_size
