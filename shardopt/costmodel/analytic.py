@@ -1,4 +1,4 @@
-"""Analytic cost model (analytic-v0): bytes moved over bandwidth, per memory tier and link.
+"""Analytic cost model: bytes moved over bandwidth, per memory tier and link.
 
 In the spirit of TorchRec's EmbeddingPerfEstimator, with two things it lacks: the access skew
 (a hot set that fits in cache is read at cache bandwidth) and the distinct rows the backward pass
@@ -7,34 +7,56 @@ really updates. Units: bytes, seconds inside, milliseconds out.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from shardopt.access import row_buckets
+import numpy as np
+
 from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.terms import INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, shard_terms
 from shardopt.hardware import Hardware, hardware_for
-from shardopt.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes, shard_memory
+from shardopt.memory import shard_memory
 from shardopt.plan import RankBreakdown, TablePlan
 from shardopt.workload import Table, Workload
 
-INDEX_BYTES = 8  # int64 ids, as TorchRec's KeyedJaggedTensor carries them
-OUTPUT_BYTES = 4  # pooled embeddings and their gradients travel as fp32
 ROW_SPLIT = ("row_wise", "table_row_wise")
 GB = 1e9
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """Coefficients fitted to a profile: seconds per unit of each term, per-kernel overheads,
+    and all-to-all alpha (seconds per collective) and beta (seconds per byte) per world size."""
+
+    hardware: str
+    fwd: tuple[float, ...]
+    bwd: tuple[float, ...]
+    fwd_kernel_s: float
+    bwd_kernel_s: float
+    comm: dict[int, tuple[float, float]]
+    trained_on: dict
+
+
 class AnalyticCostModel(CostModel):
-    """Bytes-over-bandwidth estimate; constants from the workload's hardware profile."""
+    """Bytes-over-bandwidth estimate: terms of work times per-term constants.
 
-    name = "analytic-v0"
+    Constants come from the workload's hardware profile, or from a calibration fitted to a
+    profile of that hardware (then the model's name says so).
+    """
 
-    def __init__(self, hardware: Hardware | None = None) -> None:
+    def __init__(self, hardware: Hardware | None = None, calibration: Calibration | None = None) -> None:
         self._hardware = hardware
+        self.calibration = calibration
+        self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def hardware(self, workload: Workload) -> Hardware:
         return self._hardware or hardware_for(workload.topology)
+
+    def _coefficients(self, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
+        if self.calibration is not None:
+            return np.array(self.calibration.fwd), np.array(self.calibration.bwd)
+        return hardware_coefficients(hw)
 
     # -- one shard -------------------------------------------------------------------------------
     def shard_cost(
@@ -47,57 +69,35 @@ class AnalyticCostModel(CostModel):
         compute_kernel: str = "fused",
     ) -> ShardCost:
         hw = self.hardware(workload)
-        row_frac = rows / table.num_embeddings
-        samples = shard_samples(workload, sharding_type)
         lookups = shard_lookups(workload, table, sharding_type, rows)
-        row_bytes = _line_rounded(cols * table.element_bytes, hw.min_access_bytes)
-        state_bytes = _line_rounded(
-            optimizer_state_bytes(workload.optimizer, 1, cols), hw.min_access_bytes
+        fwd_terms, bwd_terms = shard_terms(
+            hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
+            optimizer=workload.optimizer, compute_kernel=compute_kernel,
         )
-        buckets = row_buckets(table)
-        # Ids are hashed into row blocks, so a row-wise shard holds a row_frac slice of every
-        # popularity level: its k hottest rows carry the share of the table's k/row_frac hottest.
-        cache_rows = hw.cache_bytes / row_bytes
-        hit = buckets.top_share(cache_rows / row_frac)
-        mem_bw = self._gather_bw(hw, table, rows, compute_kernel, buckets, row_frac)
-        gather_s = lookups * row_bytes * (hit / (hw.cache_bw_gbps * GB) + (1 - hit) / mem_bw)
-        index_s = lookups * (hw.lookup_ns * 1e-9 + INDEX_BYTES / (hw.mem_bw_gbps * GB))
-        out_s = samples * cols * OUTPUT_BYTES / (hw.mem_bw_gbps * GB)
-        fwd_s = hw.table_us * 1e-6 + index_s + gather_s + out_s
-        # Backward: read output grads, sort ids and accumulate per-lookup grads in cache, then a
-        # read-modify-write of weights and optimizer state for each distinct row touched.
-        unique = buckets.expected_unique(samples * table.pooling_factor) * row_frac
-        accum_s = lookups * cols * OUTPUT_BYTES / (hw.cache_bw_gbps * GB)
-        update_s = unique * 2 * (row_bytes + state_bytes) / mem_bw
-        bwd_s = hw.table_us * 1e-6 + 2 * index_s + out_s + accum_s + update_s
+        fwd_coef, bwd_coef = self._coefficients(hw)
         fwd_comm_s, bwd_comm_s = self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups)
         memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel)
         return ShardCost(
-            fwd_compute_ms=fwd_s * 1e3,
-            bwd_compute_ms=bwd_s * 1e3,
+            fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3,
+            bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3,
             fwd_comm_ms=fwd_comm_s * 1e3,
             bwd_comm_ms=bwd_comm_s * 1e3,
             hbm_bytes=memory.hbm_bytes,
         )
 
-    @staticmethod
-    def _gather_bw(hw, table, rows, compute_kernel, buckets, row_frac) -> float:
-        """Effective bandwidth of cache misses for the shard's memory tier, in bytes/s."""
-        if compute_kernel == "fused_uvm":
-            return hw.uvm_bw_gbps * GB
-        if compute_kernel == "fused_uvm_caching":
-            in_hbm = buckets.top_share(UVM_CACHE_LOAD_FACTOR * rows / row_frac)
-            return 1.0 / (in_hbm / (hw.mem_bw_gbps * GB) + (1 - in_hbm) / (hw.uvm_bw_gbps * GB))
-        return hw.mem_bw_gbps * GB
-
-    @staticmethod
-    def _comm_seconds(workload, hw, sharding_type, rows, cols, lookups):
+    def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups):
         """Seconds this shard's rank spends in the all-to-alls, from its bytes and the links."""
         topo = workload.topology
         world, local = topo.world_size, topo.ranks_per_host
         if world == 1:
             return 0.0, 0.0
         sent = comm_bytes(workload, sharding_type, rows, cols, lookups)
+        fitted = self.calibration.comm.get(world) if self.calibration else None
+        if fitted is not None:
+            beta = fitted[1]
+            pooled = (sent.pooled + sent.host_local) * beta
+            allreduce = 2 * (world - 1) / world * sent.allreduce * beta
+            return sent.ids * beta + pooled, pooled + allreduce
         a2a = _all_to_all_seconds_per_byte(hw, world, local)
         host_local = sent.host_local / (hw.intra_host_bw_gbps * GB)
         fwd = (sent.ids + sent.pooled) * a2a + host_local
@@ -113,12 +113,21 @@ class AnalyticCostModel(CostModel):
         if not sharding_types:
             return 0.0, 0.0, 0.0, 0.0
         hw = self.hardware(workload)
-        kernel_s = hw.kernel_us * 1e-6
-        lat = hw.comm_latency_us * 1e-6 if workload.topology.world_size > 1 else 0.0
+        world = workload.topology.world_size
+        # Data-parallel replicas pool the local batch: a kernel of their own, as in TorchRec.
+        kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
+        if self.calibration is not None:
+            fwd_k, bwd_k = self.calibration.fwd_kernel_s, self.calibration.bwd_kernel_s
+            fitted = self.calibration.comm.get(world)
+        else:
+            fwd_k = bwd_k = hw.kernel_us * 1e-6
+            fitted = None
+        lat = hw.comm_latency_us * 1e-6 if fitted is None else fitted[0]
+        lat = lat if world > 1 else 0.0
         sharded = bool(sharding_types - {"data_parallel"})
         fwd_comm = 2 * lat if sharded else 0.0  # ids out, pooled embeddings back
-        bwd_comm = (lat if sharded else 0.0) + (lat if "data_parallel" in sharding_types else 0.0)
-        return kernel_s, kernel_s, fwd_comm, bwd_comm
+        bwd_comm = (lat if sharded else 0.0) + (2 * lat if "data_parallel" in sharding_types else 0.0)
+        return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
@@ -213,11 +222,6 @@ def comm_bytes(
     # table/column-wise send pooled rows to the other ranks' samples; row-wise sends partial
     # sums in a reduce-scatter of the same size. Gradients come back the same way.
     return CommBytes(ids=ids, pooled=batch * (world - 1) * cols * OUTPUT_BYTES)
-
-
-def _line_rounded(size: int, line: int) -> int:
-    """Memory moves in whole cache lines (or GPU sectors)."""
-    return max(line, int(math.ceil(size / line)) * line) if size else 0
 
 
 def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:

@@ -1,0 +1,124 @@
+"""The work one shard does per iteration, split into terms that hardware constants multiply.
+
+Forward: a per-table cost, a per-lookup cost, index bytes read, row bytes served by cache (hits)
+and by memory (misses, per dim class and per memory tier), pooled output bytes written.
+Backward: the same bookkeeping twice (sort and scatter), output-gradient bytes, per-lookup
+gradient accumulation, and a read-modify-write of weights and optimizer state per distinct row.
+A cost model is a set of coefficients over these terms; the analytic model takes them from a
+hardware profile, the calibrated one fits them to measurements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from shardopt.access import row_buckets
+from shardopt.hardware import Hardware
+from shardopt.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes
+from shardopt.workload import Table
+
+INDEX_BYTES = 8  # int64 ids, as TorchRec's KeyedJaggedTensor carries them
+OUTPUT_BYTES = 4  # pooled embeddings and their gradients are fp32
+DIM_CLASSES = (32, 64, 128, 256)  # effective bandwidth differs with how many lanes a row fills
+
+FWD_TERMS = (
+    "table",
+    "lookup",
+    "index_bytes",
+    "hit_bytes",
+    *(f"miss_bytes_d{d}" for d in DIM_CLASSES),
+    "uvm_miss_bytes",
+    "out_bytes",
+)
+BWD_TERMS = (
+    "table",
+    "lookup",
+    "index_bytes",
+    "out_bytes",
+    "accum_bytes",
+    *(f"update_bytes_d{d}" for d in DIM_CLASSES),
+    "uvm_update_bytes",
+)
+
+
+def dim_class(cols: int) -> int:
+    for d in DIM_CLASSES:
+        if cols <= d:
+            return d
+    return DIM_CLASSES[-1]
+
+
+def line_rounded(size: int, line: int) -> int:
+    """Memory moves in whole cache lines (or GPU sectors)."""
+    return max(line, int(math.ceil(size / line)) * line) if size else 0
+
+
+def shard_terms(
+    hw: Hardware,
+    table: Table,
+    rows: int,
+    cols: int,
+    *,
+    lookups: float,
+    samples: int,
+    optimizer: str = "rowwise_adagrad",
+    compute_kernel: str = "fused",
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward terms, backward terms) in the order of FWD_TERMS and BWD_TERMS."""
+    row_frac = rows / table.num_embeddings
+    row_bytes = line_rounded(cols * table.element_bytes, hw.min_access_bytes)
+    state_bytes = line_rounded(optimizer_state_bytes(optimizer, 1, cols), hw.min_access_bytes)
+    buckets = row_buckets(table)
+    # Ids are hashed into row blocks, so a row-wise shard holds a row_frac slice of every
+    # popularity level: its k hottest rows carry the share of the table's k/row_frac hottest.
+    hit = buckets.top_share(hw.cache_bytes / row_bytes / row_frac)
+    in_memory = _device_share(table, rows, row_frac, compute_kernel, buckets)
+    miss_bytes = lookups * row_bytes * (1 - hit)
+    unique = buckets.expected_unique(lookups / row_frac) * row_frac
+    update_bytes = unique * 2 * (row_bytes + state_bytes)
+    fwd = dict.fromkeys(FWD_TERMS, 0.0)
+    fwd.update(
+        table=1.0,
+        lookup=lookups,
+        index_bytes=lookups * INDEX_BYTES,
+        hit_bytes=lookups * row_bytes * hit,
+        uvm_miss_bytes=miss_bytes * (1 - in_memory),
+        out_bytes=samples * cols * OUTPUT_BYTES,
+    )
+    fwd[f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
+    bwd = dict.fromkeys(BWD_TERMS, 0.0)
+    bwd.update(
+        table=1.0,
+        lookup=2 * lookups,
+        index_bytes=2 * lookups * INDEX_BYTES,
+        out_bytes=samples * cols * OUTPUT_BYTES,
+        accum_bytes=lookups * cols * OUTPUT_BYTES,
+        uvm_update_bytes=update_bytes * (1 - in_memory),
+    )
+    bwd[f"update_bytes_d{dim_class(cols)}"] = update_bytes * in_memory
+    return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
+
+
+def _device_share(table, rows, row_frac, compute_kernel, buckets) -> float:
+    """Share of missed rows read from device memory rather than over the host link (UVM)."""
+    if compute_kernel == "fused_uvm":
+        return 0.0
+    if compute_kernel == "fused_uvm_caching":
+        return buckets.top_share(UVM_CACHE_LOAD_FACTOR * rows / row_frac)
+    return 1.0
+
+
+def hardware_coefficients(hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per unit of each term, from a hardware profile's bandwidths and overheads."""
+    mem, cache, uvm = 1 / (hw.mem_bw_gbps * 1e9), 1 / (hw.cache_bw_gbps * 1e9), 1 / (hw.uvm_bw_gbps * 1e9)
+    fwd = dict(
+        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache,
+        uvm_miss_bytes=uvm, out_bytes=mem, **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
+    )
+    bwd = dict(
+        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, out_bytes=mem,
+        accum_bytes=cache, uvm_update_bytes=uvm, **{f"update_bytes_d{d}": mem for d in DIM_CLASSES},
+    )
+    return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
