@@ -46,11 +46,14 @@ def main() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Plan file to write (JSON). Default: plans/<workload name>.json",
 )
+@click.option("--cost-model", "cost_model", default="analytic", show_default=True,
+              help="analytic (calibrated where the package has a profile) | analytic-v0 | learned"
+              " | PATH of a model file.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output path.")
 @_user_errors
-def plan(workload: Path, output: Path | None, quiet: bool) -> None:
+def plan(workload: Path, output: Path | None, cost_model: str, quiet: bool) -> None:
     """Plan WORKLOAD (YAML) and write the plan file."""
-    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.costmodel.registry import resolve_cost_model, workload_hardware
     from shardopt.plan import write_plan
     from shardopt.planner import plan_workload
     from shardopt.summary import plan_summary
@@ -58,8 +61,9 @@ def plan(workload: Path, output: Path | None, quiet: bool) -> None:
 
     started = time.perf_counter()
     wl, sha = read_workload(workload)
-    model = AnalyticCostModel()
-    hardware = model.hardware(wl)  # fails here, before any planning, on an unknown profile
+    model, warnings = resolve_cost_model(cost_model, wl)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
     result = plan_workload(wl, sha256=sha, cost_model=model, source=str(workload))
     elapsed = time.perf_counter() - started
     output = output or Path("plans") / f"{wl.name}.json"
@@ -71,7 +75,7 @@ def plan(workload: Path, output: Path | None, quiet: bool) -> None:
     if quiet:
         click.echo(str(output))
         return
-    click.echo(plan_summary(wl, result, hardware.name))
+    click.echo(plan_summary(wl, result, workload_hardware(wl)))
     click.echo(f"planned in {elapsed:.2f} s; wrote {output}")
 
 
@@ -264,6 +268,66 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
     else:
         click.echo(replay_table(wl, result, predicted_name, predicted_ranks))
         click.echo(f"replayed in {elapsed:.1f} s")
+
+
+@main.command()
+@click.argument("profile_dir", metavar="PROFILE", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Model file to write (JSON).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)
+@click.option("--hardware", help="Hardware profile the data was measured on [from the manifest].")
+@_user_errors
+def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str | None) -> None:
+    """Calibrate the analytic model and train the learned one on PROFILE; print held-out error."""
+    from shardopt.costmodel.store import save_model
+    from shardopt.costmodel.train import train_model
+
+    started = time.perf_counter()
+    parts, report = train_model(profile_dir, seed=seed, epochs=epochs, hardware=hardware)
+    save_model(output, parts, report)
+    err = report["held_out_mape"]
+    click.echo(
+        f"wrote {output}: trained on {report['train_kernels']} kernels in"
+        f" {time.perf_counter() - started:.1f} s; held-out MAPE over {report['held_out_kernels']}"
+        f" kernels: learned {err['learned']:.1%}, calibrated analytic {err['analytic-calibrated']:.1%}"
+    )
+
+
+@main.command()
+@click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cost-model", "cost_model", default="analytic", show_default=True,
+              help="analytic | analytic-v0 | learned | PATH of a model file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
+@_user_errors
+def evaluate(workload: Path, plan_file: Path, cost_model: str, as_json: bool) -> None:
+    """Print a cost model's per-rank breakdown of PLAN (ours or anyone's)."""
+    import dataclasses
+    import json
+
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.plan import read_plan
+    from shardopt.plan_checks import check_plan
+    from shardopt.summary import breakdown_table
+    from shardopt.workload import read_workload
+
+    wl, sha = read_workload(workload)
+    plan_obj = read_plan(plan_file)
+    report = check_plan(wl, plan_obj, sha)
+    if not report.valid:
+        raise ShardoptError(f"{plan_file}: does not fit {workload}: {report.violations[0]}")
+    model, warnings = resolve_cost_model(cost_model, wl)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    per_rank = model.breakdown(wl, plan_obj.tables)
+    if as_json:
+        data = {"cost_model": model.name, "max_ms": max(r.total_ms for r in per_rank),
+                "per_rank": [dataclasses.asdict(r) for r in per_rank]}
+        click.echo(json.dumps(data, indent=1))
+        return
+    click.echo(f"{plan_file}: predicted by {model.name}")
+    click.echo(breakdown_table(wl, per_rank))
 
 
 if __name__ == "__main__":  # pragma: no cover

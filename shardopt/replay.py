@@ -17,10 +17,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import AnalyticCostModel, CommBytes, comm_bytes, shard_lookups
+from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.lookups import Bags, sample_bags
 from shardopt.plan import Plan, RankBreakdown, TablePlan
-from shardopt.profile.kernels import KernelSpec, measured_precision, resolve_backend
+from shardopt.profile.kernels import KernelSpec, resolve_backend
+from shardopt.profile.precision import measured_precision
 from shardopt.profile.tbe import measure_kernel
 from shardopt.workload import Workload
 
@@ -107,63 +109,32 @@ class ProfiledComm(CommSource):
 
     def rank_comm_ms(self, workload, tables):
         world = workload.topology.world_size
-        if world == 1:
-            return [(0.0, 0.0)]
         measured = self.world_sizes()
-        if world not in measured:
+        if world > 1 and world not in measured:
             raise ValueError(
                 f"{self.source}: no all-to-all measured at world size {world}"
                 f" (measured: {', '.join(map(str, measured)) or 'none'})"
             )
-        out = []
-        for b in rank_comm_bytes(workload, tables):
-            pooled = self.time_ms(world, "pooled", b.pooled + b.host_local)
-            fwd = self.time_ms(world, "even", b.ids) + pooled
-            allreduce = 2 * self.time_ms(world, "even", b.allreduce * (world - 1) / world)
-            out.append((fwd, pooled + allreduce))
-        return out
-
-
-def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[CommBytes]:
-    """What each rank puts on the wire, summed over its shards."""
-    by_name = {t.name: t for t in workload.tables}
-    sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(workload.topology.world_size)]
-    for tp in tables:
-        table = by_name[tp.name]
-        for shard in tp.shards:
-            rows, cols = shard.sizes
-            lookups = shard_lookups(workload, table, tp.sharding_type, rows)
-            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups)
-            acc = sums[shard.rank]
-            acc[0] += b.ids
-            acc[1] += b.pooled
-            acc[2] += b.host_local
-            acc[3] += b.allreduce
-    return [CommBytes(*acc) for acc in sums]
+        return rank_comm_from_all_to_all(workload, tables, self.time_ms)
 
 
 def _rank_bags(
     workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags], device: str = "cpu"
-) -> dict[tuple[str, bool], list[tuple[KernelSpec, Bags]]]:
-    """The shards of one rank grouped into kernels: (precision, data-parallel) -> shards."""
-    by_name = {t.name: t for t in workload.tables}
+) -> dict[KernelKey, list[tuple[KernelSpec, Bags]]]:
+    """The shards of one rank grouped into kernels, each with the bags it receives."""
     batch = workload.batch_size
-    groups: dict[tuple[str, bool], list[tuple[KernelSpec, Bags]]] = defaultdict(list)
-    for tp in plan.tables:
-        table = by_name[tp.name]
-        for shard in tp.shards:
-            if shard.rank != rank:
-                continue
-            (r0, _), (nr, nc) = shard.offsets, shard.sizes
-            bags = batches[tp.name]
-            dp = tp.sharding_type == "data_parallel"
-            if dp:
+    groups = rank_kernels(workload, plan.tables, device)[rank]
+    out: dict[KernelKey, list[tuple[KernelSpec, Bags]]] = {}
+    for key, members in groups.items():
+        out[key] = []
+        for placed in members:
+            bags = batches[placed.table.name]
+            if placed.sharding_type == "data_parallel":
                 bags = bags.samples(rank * batch, batch)
-            elif (r0, nr) != (0, table.num_embeddings):
-                bags = bags.rows(r0, nr)
-            precision = measured_precision(table.data_type, device)
-            groups[precision, dp].append((KernelSpec(nr, nc), bags))
-    return groups
+            elif (placed.row_offset, placed.rows) != (0, placed.table.num_embeddings):
+                bags = bags.rows(placed.row_offset, placed.rows)
+            out[key].append((KernelSpec(placed.rows, placed.cols), bags))
+    return out
 
 
 def replay_plan(

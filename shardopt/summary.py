@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Sequence
 
-from shardopt.plan import Plan
+from shardopt.plan import Plan, RankBreakdown
 from shardopt.units import format_bytes
 from shardopt.workload import Workload
 
 BAR_WIDTH = 30
+
+
+def breakdown_table(
+    workload: Workload, per_rank: Sequence[RankBreakdown], bottleneck: int | None = None
+) -> str:
+    """Per-rank costs and memory with a bar per rank, scaled to the most loaded."""
+    topo = workload.topology
+    peak = max(r.total_ms for r in per_rank) or 1.0
+    if bottleneck is None:
+        bottleneck = max(per_rank, key=lambda r: (r.total_ms, -r.rank)).rank
+    lines = [
+        f"{'rank':>4} {'fwd_comp':>9} {'bwd_comp':>9} {'fwd_comm':>9} {'bwd_comm':>9}"
+        f" {'total_ms':>9}  {'memory':>10} {'used':>5}  cost"
+    ]
+    for r in per_rank:
+        bar = "#" * max(1, round(BAR_WIDTH * r.total_ms / peak)) if r.total_ms else ""
+        mark = " <- bottleneck" if r.rank == bottleneck else ""
+        lines.append(
+            f"{r.rank:>4} {r.fwd_compute_ms:>9.3f} {r.bwd_compute_ms:>9.3f}"
+            f" {r.fwd_comm_ms:>9.3f} {r.bwd_comm_ms:>9.3f} {r.total_ms:>9.3f}"
+            f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.hbm_cap:>5.0%}  {bar}{mark}"
+        )
+    return "\n".join(lines)
 
 
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
@@ -20,19 +44,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
         f" hardware {hardware}), cost model {predicted.cost_model if predicted else 'none'}"
     ]
     if predicted:
-        peak = max(r.total_ms for r in predicted.per_rank) or 1.0
-        lines.append(
-            f"{'rank':>4} {'fwd_comp':>9} {'bwd_comp':>9} {'fwd_comm':>9} {'bwd_comm':>9}"
-            f" {'total_ms':>9}  {'memory':>10} {'used':>5}  cost"
-        )
-        for r in predicted.per_rank:
-            bar = "#" * max(1, round(BAR_WIDTH * r.total_ms / peak)) if r.total_ms else ""
-            mark = " <- bottleneck" if r.rank == predicted.bottleneck.rank else ""
-            lines.append(
-                f"{r.rank:>4} {r.fwd_compute_ms:>9.3f} {r.bwd_compute_ms:>9.3f}"
-                f" {r.fwd_comm_ms:>9.3f} {r.bwd_comm_ms:>9.3f} {r.total_ms:>9.3f}"
-                f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.hbm_cap:>5.0%}  {bar}{mark}"
-            )
+        lines.append(breakdown_table(workload, predicted.per_rank, predicted.bottleneck.rank))
         b = predicted.bottleneck
         lines.append(
             f"bottleneck: rank {b.rank} at {b.total_ms:.3f} ms; lower bound"

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from shardopt.profile.kernels import KernelSpec, build_kernel, fbgemm_available, measured_precision
+from shardopt.profile.kernels import KernelSpec, build_kernel, fbgemm_available
+from shardopt.profile.precision import measured_precision
 
 SPECS = [KernelSpec(50, 8), KernelSpec(30, 16), KernelSpec(40, 8)]
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import DATA, run_cli
 from shardopt.lookups import sample_bags
 from shardopt.plan import Shard, read_plan
-from shardopt.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags, rank_comm_bytes
+from shardopt.costmodel.analytic import rank_comm_bytes
+from shardopt.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags
 from shardopt.workload import read_workload
 
 

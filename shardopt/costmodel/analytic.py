@@ -106,10 +106,11 @@ class AnalyticCostModel(CostModel):
 
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
-        fwd, bwd, fwd_comm, bwd_comm = self._overheads(workload, sharding_types)
+        fwd, bwd, fwd_comm, bwd_comm = self.overheads(workload, sharding_types)
         return (fwd + bwd + fwd_comm + bwd_comm) * 1e3
 
-    def _overheads(self, workload: Workload, sharding_types: set[str]):
+    def overheads(self, workload: Workload, sharding_types: set[str]) -> tuple[float, float, float, float]:
+        """Seconds a rank pays for holding shards of these types: (fwd kernel, bwd kernel, fwd comm, bwd comm)."""
         if not sharding_types:
             return 0.0, 0.0, 0.0, 0.0
         hw = self.hardware(workload)
@@ -156,7 +157,7 @@ class AnalyticCostModel(CostModel):
         out = []
         for rank in range(workload.topology.world_size):
             fwd, bwd, fcomm, bcomm = sums[rank]
-            o_fwd, o_bwd, o_fcomm, o_bcomm = (x * 1e3 for x in self._overheads(workload, kinds[rank]))
+            o_fwd, o_bwd, o_fcomm, o_bcomm = (x * 1e3 for x in self.overheads(workload, kinds[rank]))
             parts = (fwd + o_fwd, bwd + o_bwd, fcomm + o_fcomm, bcomm + o_bcomm)
             out.append(
                 RankBreakdown(
@@ -229,3 +230,42 @@ def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
     on_host = (local - 1) / (world - 1)
     off_host = (world - local) / (world - 1)
     return on_host / (hw.intra_host_bw_gbps * GB) + off_host / (hw.inter_host_bw_gbps * GB)
+
+
+def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[CommBytes]:
+    """What each rank puts on the wire, summed over its shards."""
+    by_name = {t.name: t for t in workload.tables}
+    sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(workload.topology.world_size)]
+    for tp in tables:
+        table = by_name[tp.name]
+        for shard in tp.shards:
+            rows, cols = shard.sizes
+            lookups = shard_lookups(workload, table, tp.sharding_type, rows)
+            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups)
+            acc = sums[shard.rank]
+            acc[0] += b.ids
+            acc[1] += b.pooled
+            acc[2] += b.host_local
+            acc[3] += b.allreduce
+    return [CommBytes(*acc) for acc in sums]
+
+
+def rank_comm_from_all_to_all(
+    workload: Workload, tables: Sequence[TablePlan], seconds_or_ms
+) -> list[tuple[float, float]]:
+    """Per-rank (forward, backward) communication from an all-to-all time function.
+
+    ``seconds_or_ms(world, pattern, message_bytes)`` times one all-to-all; the result is in its
+    unit. Forward: ids out (even), pooled embeddings back (pooled); backward: their gradients,
+    and a ring all-reduce (two all-to-all's worth) of data-parallel gradients.
+    """
+    world = workload.topology.world_size
+    if world == 1:
+        return [(0.0, 0.0)]
+    out = []
+    for b in rank_comm_bytes(workload, tables):
+        pooled = seconds_or_ms(world, "pooled", b.pooled + b.host_local)
+        fwd = seconds_or_ms(world, "even", b.ids) + pooled
+        allreduce = 2 * seconds_or_ms(world, "even", b.allreduce * (world - 1) / world)
+        out.append((fwd, pooled + allreduce))
+    return out

@@ -28,7 +28,10 @@ FWD_TERMS = (
     "lookup",
     "index_bytes",
     "hit_bytes",
+    "accum_bytes",
     *(f"miss_bytes_d{d}" for d in DIM_CLASSES),
+    "miss_bytes_half",
+    "miss_bytes_far",
     "uvm_miss_bytes",
     "out_bytes",
 )
@@ -39,6 +42,8 @@ BWD_TERMS = (
     "out_bytes",
     "accum_bytes",
     *(f"update_bytes_d{d}" for d in DIM_CLASSES),
+    "update_bytes_half",
+    "update_bytes_far",
     "uvm_update_bytes",
 )
 
@@ -78,16 +83,23 @@ def shard_terms(
     miss_bytes = lookups * row_bytes * (1 - hit)
     unique = buckets.expected_unique(lookups / row_frac) * row_frac
     update_bytes = unique * 2 * (row_bytes + state_bytes)
+    # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term that grows with
+    # log2 of how many cache sizes the shard spans lets a fit bend the bandwidth with table size.
+    far = max(0.0, math.log2(max(rows * row_bytes, 1) / hw.cache_bytes))
+    # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
+    half = table.data_type in ("fp16", "bf16")
     fwd = dict.fromkeys(FWD_TERMS, 0.0)
     fwd.update(
         table=1.0,
         lookup=lookups,
         index_bytes=lookups * INDEX_BYTES,
         hit_bytes=lookups * row_bytes * hit,
+        accum_bytes=lookups * cols * OUTPUT_BYTES,  # summing each looked-up row into its bag
         uvm_miss_bytes=miss_bytes * (1 - in_memory),
         out_bytes=samples * cols * OUTPUT_BYTES,
+        miss_bytes_far=miss_bytes * in_memory * far,
     )
-    fwd[f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
+    fwd["miss_bytes_half" if half else f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
     bwd = dict.fromkeys(BWD_TERMS, 0.0)
     bwd.update(
         table=1.0,
@@ -96,8 +108,9 @@ def shard_terms(
         out_bytes=samples * cols * OUTPUT_BYTES,
         accum_bytes=lookups * cols * OUTPUT_BYTES,
         uvm_update_bytes=update_bytes * (1 - in_memory),
+        update_bytes_far=update_bytes * in_memory * far,
     )
-    bwd[f"update_bytes_d{dim_class(cols)}"] = update_bytes * in_memory
+    bwd["update_bytes_half" if half else f"update_bytes_d{dim_class(cols)}"] = update_bytes * in_memory
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
 
 
@@ -115,10 +128,12 @@ def hardware_coefficients(hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
     mem, cache, uvm = 1 / (hw.mem_bw_gbps * 1e9), 1 / (hw.cache_bw_gbps * 1e9), 1 / (hw.uvm_bw_gbps * 1e9)
     fwd = dict(
         table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache,
-        uvm_miss_bytes=uvm, out_bytes=mem, **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
+        accum_bytes=0.0, uvm_miss_bytes=uvm, out_bytes=mem, miss_bytes_half=mem, miss_bytes_far=0.0,
+        **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     bwd = dict(
         table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, out_bytes=mem,
-        accum_bytes=cache, uvm_update_bytes=uvm, **{f"update_bytes_d{d}": mem for d in DIM_CLASSES},
+        accum_bytes=cache, uvm_update_bytes=uvm, update_bytes_half=mem, update_bytes_far=0.0,
+        **{f"update_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])

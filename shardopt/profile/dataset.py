@@ -14,8 +14,11 @@ import platform
 from pathlib import Path
 from typing import Iterator
 
+from pydantic import TypeAdapter
+
 from shardopt.errors import ShardoptError
 from shardopt.fileio import write_atomic
+from shardopt.workload import Access, Table
 
 MANIFEST = "manifest.json"
 POINTS = "points.jsonl"
@@ -143,3 +146,17 @@ class ProfileDataset:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def tables_of(spec: dict) -> list[Table]:
+    adapter = TypeAdapter(Access)
+    return [
+        Table(
+            name=f"t{i}",
+            num_embeddings=t["rows"],
+            embedding_dim=t["dim"],
+            pooling_factor=t["pooling_factor"],
+            access=adapter.validate_python(t["access"]),
+        )
+        for i, t in enumerate(spec["tables"])
+    ]

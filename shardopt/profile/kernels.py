@@ -14,13 +14,12 @@ from typing import Protocol, Sequence
 
 import torch
 
+
 LEARNING_RATE = 0.01
 EPS = 1e-8
 BACKENDS = ("fbgemm", "torch")
 LOCATIONS = ("hbm", "uvm", "uvm_caching")  # on CPU everything is host memory: "hbm"
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# What FBGEMM's training TBE computes on each device; other data types are measured as the nearest.
-TRAINABLE = {"cpu": ("fp32", "fp16"), "cuda": ("fp32", "fp16", "bf16")}
 
 
 @dataclass(frozen=True)
@@ -53,12 +52,6 @@ def resolve_backend(backend: str) -> str:
     if backend == "fbgemm" and not fbgemm_available():
         raise RuntimeError("backend fbgemm asked for, but fbgemm_gpu is not installed")
     return backend
-
-
-def measured_precision(data_type: str, device: str) -> str:
-    """The precision a table of ``data_type`` is trained at here (int8 and bf16 fall back)."""
-    trainable = TRAINABLE["cuda" if device.startswith("cuda") else "cpu"]
-    return data_type if data_type in trainable else "fp16"
 
 
 def build_kernel(

@@ -64,7 +64,7 @@ class GreedySearch:
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
         costs = {
-            t.name: [_piece_costs(workload, cost_model, c) for c in candidates[t.name]]
+            t.name: [piece_costs(workload, cost_model, c) for c in candidates[t.name]]
             for t in workload.tables
         }
         bound = balance_lower_bound(workload, cost_model, candidates, costs)
@@ -105,7 +105,7 @@ class GreedySearch:
         raise failure
 
 
-def _piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[ShardCost]:
+def piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[ShardCost]:
     table = workload.table(cand.table)
     by_shape: dict[tuple[int, int], ShardCost] = {}
     for p in cand.pieces:

@@ -1,0 +1,89 @@
+"""The learned model behind the CostModel contract, so search and evaluate can use it."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.learned import KernelPredictor, LearnedParts
+from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
+from shardopt.hardware import hardware_for
+from shardopt.memory import shard_memory
+from shardopt.plan import RankBreakdown, TablePlan
+from shardopt.workload import Table, Workload
+
+
+class LearnedCostModel(CostModel):
+    """Set-pooled kernel costs and an all-to-all head; see :mod:`shardopt.costmodel.learned`."""
+
+    def __init__(self, parts: LearnedParts, device: str = "cpu") -> None:
+        self.parts = parts
+        self.device = device
+        self.name = f"learned-{parts.calibration.hardware}"
+        self._analytic = AnalyticCostModel(calibration=parts.calibration)
+        self._predictors: dict = {}
+
+    def _predictor(self, workload: Workload) -> KernelPredictor:
+        hw = hardware_for(workload.topology)
+        if hw not in self._predictors:
+            self._predictors[hw] = KernelPredictor(hw, self.parts)
+        return self._predictors[hw]
+
+    @lru_cache(maxsize=1 << 16)
+    def _single(self, workload: Workload, placed: PlacedShard) -> tuple[float, float]:
+        from shardopt.profile.precision import measured_precision
+
+        shard = kernel_shard(workload, placed, measured_precision(placed.table.data_type, self.device))
+        alone, empty = self._predictor(workload).kernel_seconds([[shard], []])
+        return tuple(np.maximum(alone - empty, 0.0))  # type: ignore[return-value]
+
+    def shard_cost(self, workload, table: Table, sharding_type, rows, cols, compute_kernel="fused") -> ShardCost:
+        """The shard's marginal kernel time (alone minus an empty kernel); comm as calibrated."""
+        fwd_s, bwd_s = self._single(
+            workload, PlacedShard(table, sharding_type, 0, rows, cols, compute_kernel)
+        )
+        comm = self._analytic.shard_cost(workload, table, sharding_type, rows, cols, compute_kernel)
+        return ShardCost(
+            fwd_compute_ms=fwd_s * 1e3, bwd_compute_ms=bwd_s * 1e3,
+            fwd_comm_ms=comm.fwd_comm_ms, bwd_comm_ms=comm.bwd_comm_ms,
+            hbm_bytes=shard_memory(workload.optimizer, table, rows, cols, compute_kernel).hbm_bytes,
+        )
+
+    def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        if not sharding_types:
+            return 0.0
+        empty = self._predictor(workload).kernel_seconds([[]])[0].sum() * 1e3
+        kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
+        _, _, fwd_latency, bwd_latency = self._analytic.overheads(workload, sharding_types)
+        return kernels * empty + (fwd_latency + bwd_latency) * 1e3
+
+    def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        predictor = self._predictor(workload)
+        per_rank = rank_kernels(workload, tables, self.device)
+        kernels, owner = [], []
+        for rank, groups in enumerate(per_rank):
+            for (precision, _), members in groups.items():
+                kernels.append([kernel_shard(workload, p, precision) for p in members])
+                owner.append(rank)
+        seconds = predictor.kernel_seconds(kernels) if kernels else np.zeros((0, 2))
+        compute = np.zeros((workload.topology.world_size, 2))
+        for rank, (f, b) in zip(owner, seconds):
+            compute[rank] += (f, b)
+        comm = rank_comm_from_all_to_all(
+            workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
+        )
+        memory = [r.hbm_bytes for r in self._analytic.breakdown(workload, tables)]
+        out = []
+        for rank in range(workload.topology.world_size):
+            fwd, bwd = compute[rank] * 1e3
+            fcomm, bcomm = comm[rank] if len(comm) > rank else (0.0, 0.0)
+            out.append(RankBreakdown(
+                rank=rank, fwd_compute_ms=float(fwd), bwd_compute_ms=float(bwd),
+                fwd_comm_ms=fcomm, bwd_comm_ms=bcomm, total_ms=float(fwd + bwd) + fcomm + bcomm,
+                hbm_bytes=memory[rank],
+            ))
+        return out

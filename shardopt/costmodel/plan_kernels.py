@@ -1,0 +1,62 @@
+"""A plan as the fused kernels each rank runs: what replay measures and models predict.
+
+Per rank, one kernel per precision holds the rank's shards; data-parallel replicas pool the
+local batch and sit in a kernel of their own, as TorchRec groups them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from shardopt.costmodel.analytic import shard_lookups, shard_samples
+from shardopt.costmodel.profile_data import KernelShard
+from shardopt.plan import TablePlan
+from shardopt.profile.precision import measured_precision
+from shardopt.workload import Table, Workload
+
+KernelKey = tuple[str, bool]  # (precision, data-parallel)
+
+
+@dataclass(frozen=True)
+class PlacedShard:
+    table: Table
+    sharding_type: str
+    row_offset: int
+    rows: int
+    cols: int
+    compute_kernel: str
+
+
+def rank_kernels(
+    workload: Workload, tables: Sequence[TablePlan], device: str = "cpu"
+) -> list[dict[KernelKey, list[PlacedShard]]]:
+    """For each rank, its shards grouped into kernels (sorted keys, plan order inside)."""
+    by_name = {t.name: t for t in workload.tables}
+    out: list[dict[KernelKey, list[PlacedShard]]] = [
+        defaultdict(list) for _ in range(workload.topology.world_size)
+    ]
+    for tp in tables:
+        table = by_name[tp.name]
+        key_precision = measured_precision(table.data_type, device)
+        for shard in tp.shards:
+            key = (key_precision, tp.sharding_type == "data_parallel")
+            out[shard.rank][key].append(
+                PlacedShard(table, tp.sharding_type, shard.offsets[0], shard.sizes[0], shard.sizes[1],
+                            tp.compute_kernel)
+            )
+    return [dict(sorted(groups.items())) for groups in out]
+
+
+def kernel_shard(workload: Workload, placed: PlacedShard, precision: str) -> KernelShard:
+    """What the shard is fed per iteration, as a model input."""
+    return KernelShard(
+        table=dataclasses.replace(placed.table, data_type=precision),
+        rows=placed.rows,
+        cols=placed.cols,
+        lookups=shard_lookups(workload, placed.table, placed.sharding_type, placed.rows),
+        samples=shard_samples(workload, placed.sharding_type),
+        compute_kernel=placed.compute_kernel,
+    )

@@ -1,0 +1,63 @@
+"""Which cost model ``--cost-model analytic|analytic-v0|learned|PATH`` means for a workload.
+
+The package ships a trained model file per hardware it has a profile of
+(``shardopt/data/models/<hardware>.json``); it holds both the calibrated analytic constants and
+the learned nets, so ``analytic`` and ``learned`` need no profiling step on that hardware.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.costmodel.base import CostModel
+from shardopt.errors import ShardoptError
+from shardopt.hardware import DEFAULT_HARDWARE
+from shardopt.workload import Workload
+
+NAMES = ("analytic", "analytic-v0", "learned")
+
+
+def workload_hardware(workload: Workload) -> str:
+    topo = workload.topology
+    return topo.hardware or DEFAULT_HARDWARE[topo.compute_device]
+
+
+def embedded_model_path(hardware: str) -> Path | None:
+    path = resources.files("shardopt").joinpath(f"data/models/{hardware}.json")
+    return Path(str(path)) if path.is_file() else None
+
+
+def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[str]]:
+    """The model and any warnings (a model trained on other hardware than the workload's)."""
+    from shardopt.costmodel.store import load_model
+
+    hardware = workload_hardware(workload)
+    if spec == "analytic-v0":
+        return AnalyticCostModel(), []
+    if spec in ("analytic", "learned"):
+        path = embedded_model_path(hardware)
+        if path is None:
+            if spec == "analytic":
+                return AnalyticCostModel(), []
+            raise ShardoptError(
+                f"--cost-model learned: no embedded model for hardware {hardware!r}; profile it"
+                f" (shardopt profile --preset full) and train one (shardopt train), then pass its path"
+            )
+    else:
+        path = Path(spec)
+    parts, meta = load_model(path)
+    warnings = []
+    if meta["hardware"] != hardware:
+        trained = meta["trained_on"]
+        warnings.append(
+            f"{path}: trained on {meta['hardware']} ({trained.get('device_name', '?')},"
+            f" {trained.get('cores', '?')} cores, torch {trained.get('torch', '?')}),"
+            f" but the workload targets {hardware}"
+        )
+    if spec == "analytic":
+        return AnalyticCostModel(calibration=parts.calibration), warnings
+    from shardopt.costmodel.learned_model import LearnedCostModel
+
+    return LearnedCostModel(parts, device=workload.topology.compute_device), warnings

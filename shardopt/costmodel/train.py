@@ -1,0 +1,85 @@
+"""Train a cost-model file from a profile: calibrate the analytic constants, then the nets.
+
+A seeded share of the measured kernels is held out and never trained on; the report gives both
+models' error on it. Same profile and seed, same model file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from shardopt.costmodel.calibrate import calibrate
+from shardopt.costmodel.learned import KernelPredictor, LearnedParts, train_parts
+from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
+from shardopt.errors import ShardoptError
+from shardopt.hardware import Hardware, hardware_profiles
+from shardopt.profile.dataset import ProfileDataset
+
+HELD_OUT = 0.15
+TRAINED_ON_FIELDS = ("device", "device_name", "cpu", "cores", "torch", "fbgemm_gpu", "backend", "preset")
+
+
+def hardware_of(manifest: dict, source: str) -> str:
+    """The hardware profile a dataset was measured on."""
+    if manifest.get("device") == "cpu":
+        return "cpu"
+    name = str(manifest.get("device_name", "")).lower()
+    for profile in hardware_profiles():
+        if profile in name:
+            return profile
+    raise ShardoptError(
+        f"{source}: device_name: no hardware profile matches {manifest.get('device_name')!r};"
+        " pass --hardware"
+    )
+
+
+def calibrated_seconds(hw: Hardware, parts: LearnedParts, samples: Sequence[KernelSample]) -> np.ndarray:
+    c = parts.calibration
+    out = []
+    for s in samples:
+        f, b = kernel_terms(hw, s.shards)
+        out.append(f @ np.array(c.fwd) + c.fwd_kernel_s + b @ np.array(c.bwd) + c.bwd_kernel_s)
+    return np.array(out)
+
+
+def _mape(pred: np.ndarray, samples: Sequence[KernelSample]) -> float:
+    measured = np.array([s.fwd_s + s.bwd_s for s in samples])
+    return float(np.mean(np.abs(pred - measured) / measured)) if len(samples) else float("nan")
+
+
+def train_model(
+    profile: str | Path, *, seed: int = 0, epochs: int = 300, hardware: str | None = None, progress=None
+) -> tuple[LearnedParts, dict]:
+    dataset = ProfileDataset(profile)
+    manifest = dataset.manifest()
+    name = hardware or hardware_of(manifest, str(profile))
+    if name not in hardware_profiles():
+        raise ShardoptError(f"--hardware: unknown hardware profile {name!r}")
+    hw = hardware_profiles()[name]
+    samples = kernel_samples(dataset.records("tbe"))
+    comm = list(dataset.records("a2a"))
+    if len(samples) < 20:
+        raise ShardoptError(f"{profile}: only {len(samples)} kernel points; profile with --preset full")
+    order = np.random.default_rng(seed).permutation(len(samples))
+    cut = int(round(len(samples) * (1 - HELD_OUT)))
+    train = [samples[i] for i in order[:cut]]
+    held = [samples[i] for i in order[cut:]]
+    trained_on = {k: manifest.get(k) for k in TRAINED_ON_FIELDS}
+    calibration = calibrate(hw, train, comm, trained_on)
+    parts = train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs, progress=progress)
+    learned = KernelPredictor(hw, parts).kernel_seconds([s.shards for s in held]).sum(axis=1)
+    report = {
+        "profile": str(profile),
+        "seed": seed,
+        "epochs": epochs,
+        "train_kernels": len(train),
+        "held_out_kernels": len(held),
+        "held_out_mape": {
+            "analytic-calibrated": _mape(calibrated_seconds(hw, parts, held), held),
+            "learned": _mape(learned, held),
+        },
+    }
+    return parts, report
