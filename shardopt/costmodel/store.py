@@ -45,7 +45,7 @@ def save_model(path: str | Path, parts: LearnedParts, report: dict) -> None:
         "report": report,
         "calibration": _calibration_to_dict(parts.calibration),
         "features": {"mean": parts.feature_mean.tolist(), "std": parts.feature_std.tolist()},
-        "kernel_net": parts.kernel_state,
+        "kernel_nets": parts.kernel_states,
         "comm_net": parts.comm_state,
     }
     write_atomic(path, json.dumps(data, sort_keys=True) + "\n")
@@ -72,7 +72,7 @@ def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
             calibration=_calibration_from_dict(data["calibration"]),
             feature_mean=np.array(data["features"]["mean"], dtype=np.float64),
             feature_std=np.array(data["features"]["std"], dtype=np.float64),
-            kernel_state=data["kernel_net"],
+            kernel_states=list(data["kernel_nets"]),
             comm_state=data["comm_net"],
         )
     except (KeyError, TypeError, ValueError) as exc:

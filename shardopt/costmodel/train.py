@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.costmodel.calibrate import calibrate
-from shardopt.costmodel.learned import KernelPredictor, LearnedParts, train_parts
+from shardopt.costmodel.learned import EPOCHS, KernelPredictor, LearnedParts, train_parts
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
 from shardopt.errors import ShardoptError
 from shardopt.hardware import Hardware, hardware_profiles
@@ -51,7 +51,7 @@ def _mape(pred: np.ndarray, samples: Sequence[KernelSample]) -> float:
 
 
 def train_model(
-    profile: str | Path, *, seed: int = 0, epochs: int = 300, hardware: str | None = None, progress=None
+    profile: str | Path, *, seed: int = 0, epochs: int = EPOCHS, hardware: str | None = None, progress=None
 ) -> tuple[LearnedParts, dict]:
     dataset = ProfileDataset(profile)
     manifest = dataset.manifest()

@@ -87,6 +87,36 @@ def _cap_elements(tables: list[dict], max_elems: int) -> None:
             t["rows"] = max(100, int(t["rows"] * max_elems / total))
 
 
+def _rank_like_points(rng, count: int, max_elems: int, max_lookups: float) -> list[dict]:
+    """Fused points shaped like one rank of a real plan: DLRM-like tables (drawn as `synth`
+    draws them), some whole, some row-wise slices (their rows' share of the global batch's
+    lookups), some column halves, all pooling the global batch of a 2-8 rank cluster."""
+    from shardopt.synth import SynthSpec, synth_workload
+
+    points = []
+    for i in range(count):
+        world = int(rng.choice([2, 4, 8]))
+        batch = int(rng.choice([256, 512])) * world
+        spec = SynthSpec(
+            name="rank", num_tables=int(rng.integers(3, 17)), world_size=world,
+            local_world_size=world, rows_scale=float(rng.uniform(0.005, 0.03)),
+            seed=int(rng.integers(1 << 30)),
+        )
+        tables = []
+        for t in synth_workload(spec)["tables"]:
+            rows, dim, pooling = t["num_embeddings"], t["embedding_dim"], t["pooling_factor"]
+            cut = rng.random()
+            if cut < 0.25 and rows >= world:
+                rows, pooling = rows // world, pooling / world
+            elif cut < 0.4 and dim >= 64:
+                dim //= 2
+            tables.append(_table(rows, dim, pooling, t["access"]))
+        _cap_elements(tables, max_elems)
+        _cap_lookups(tables, batch, max_lookups)
+        points.append(_tbe(tables, batch))
+    return points
+
+
 def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm") -> Sweep:
     on_cuda = device.startswith("cuda")
     rng = np.random.default_rng(seed)
@@ -137,6 +167,8 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
             batch = int(rng.choice(batches))
             _cap_lookups(tables, batch, max_lookups * 4)  # a replayed CPU rank sees ~1M lookups
             tbe.append(_tbe(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
+        if not on_cuda:
+            tbe.extend(_rank_like_points(rng, 100, max_elems * 4, max_lookups * 4))
         sizes = tuple(int(2**k) for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
         comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4, 8)}
         notes = (
