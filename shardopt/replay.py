@@ -44,6 +44,7 @@ class RankReplay:
 class ReplayResult:
     ranks: tuple[RankReplay, ...]
     backend: str
+    device: str
     comm_source: str
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -193,4 +194,4 @@ def replay_plan(
         ranks.append(RankReplay(measured, fwd_spread, bwd_spread, len(groups)))
         if progress:
             progress(rank)
-    return ReplayResult(tuple(ranks), backend, comm.name, tuple(notes))
+    return ReplayResult(tuple(ranks), backend, device, comm.name, tuple(notes))

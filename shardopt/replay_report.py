@@ -33,7 +33,7 @@ def replay_table(
         f" (predicted by {model}: rank {p.rank} at {p.total_ms:.3f} ms)"
     )
     lines.append(
-        f"compute: {result.backend} kernels on {workload.topology.compute_device}, medians;"
+        f"compute: {result.backend} kernels on this machine's {result.device}, medians;"
         f" spread = p75 - p25; communication: {result.comm_source}"
     )
     lines.extend(f"note: {n}" for n in result.notes)
@@ -44,6 +44,7 @@ def replay_json(result: ReplayResult, model: str, predicted: Sequence[RankBreakd
     b = result.bottleneck
     data = {
         "backend": result.backend,
+        "device": result.device,
         "comm_source": result.comm_source,
         "bottleneck": {"rank": b.rank, "total_ms": b.total_ms},
         "measured": [
