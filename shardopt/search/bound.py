@@ -1,9 +1,10 @@
 """A lower bound on the bottleneck rank's cost, valid for the candidate set and an additive model.
 
-Any plan picks one candidate per table, so the ranks together carry at least the sum of each
+Any plan picks one candidate per table, so the busy ranks together carry at least the sum of each
 table's cheapest candidate, and some rank carries at least the largest piece of each table's
-candidate whose largest piece is smallest. Every rank that holds a shard also pays the model's
-per-rank overhead (kernel calls, collective latency), at least the cheapest kind's.
+candidate whose largest piece is smallest. Every busy rank also pays the model's per-rank overhead
+(kernel calls, collective latency), at least the cheapest kind's: with k busy ranks the most loaded
+carries at least total/k + overhead, which is smallest at k = world size.
 """
 
 from __future__ import annotations
@@ -27,13 +28,7 @@ def balance_lower_bound(
     overhead = min(cost_model.rank_overhead_ms(workload, {kind}) for kind in kinds)
     total = 0.0
     largest = 0.0
-    busy_ranks = 1  # ranks that surely hold a shard: all of a fixed cut's ranks
-    for name, per_candidate in piece_costs.items():
+    for per_candidate in piece_costs.values():
         total += min(sum(p.total_ms for p in pieces) for pieces in per_candidate)
         largest = max(largest, min(max(p.total_ms for p in pieces) for pieces in per_candidate))
-        busy_ranks = max(
-            busy_ranks,
-            min(len(c.pieces) if c.placement == "fixed" else 1 for c in candidates[name]),
-        )
-    busy_ranks = min(busy_ranks, world)
-    return max((total + busy_ranks * overhead) / world, largest + overhead)
+    return max(total / world + overhead, largest + overhead)
