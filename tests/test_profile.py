@@ -1,7 +1,6 @@
 """The profiler: datasets with the promised rows, resumable after SIGINT, CUDA path arguments."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -1,6 +1,5 @@
 """The workload file: valid files load; every malformed one fails with one line, exit 2."""
 
-from pathlib import Path
 
 import pytest
 import yaml

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
+from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.features import FEATURES, kernels_features
 from shardopt.costmodel.profile_data import KernelSample, KernelShard, kernel_terms
 from shardopt.hardware import Hardware

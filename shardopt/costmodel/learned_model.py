@@ -14,6 +14,7 @@ from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kern
 from shardopt.hardware import hardware_for
 from shardopt.memory import shard_memory
 from shardopt.plan import RankBreakdown, TablePlan
+from shardopt.profile.precision import measured_precision
 from shardopt.workload import Table, Workload
 
 
@@ -35,8 +36,6 @@ class LearnedCostModel(CostModel):
 
     @lru_cache(maxsize=1 << 16)
     def _single(self, workload: Workload, placed: PlacedShard) -> tuple[float, float]:
-        from shardopt.profile.precision import measured_precision
-
         shard = kernel_shard(workload, placed, measured_precision(placed.table.data_type, self.device))
         alone, empty = self._predictor(workload).kernel_seconds([[shard], []])
         return tuple(np.maximum(alone - empty, 0.0))  # type: ignore[return-value]

@@ -250,7 +250,7 @@ def run_sweep(
     todo = len(tbe_todo) + sum(len(p) for p in comm_todo.values())
     started = time.perf_counter()
     with tqdm(total=total, initial=total - todo, desc=f"profile {preset}", unit="pt",
-              disable=progress is False if progress is not None else None) as bar:
+              disable=None if progress is None else not progress) as bar:
         for spec in tbe_todo:
             m = measure_tables(
                 tables_of(spec), spec["batch"], backend=backend, device=device,
