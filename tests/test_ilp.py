@@ -60,7 +60,7 @@ def _brute_force(workload, model):
 def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed):
     workload = _tiny(seed)
     model = AnalyticCostModel()
-    search = IlpSearch(time_limit_s=10)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0)
     plan = plan_workload(workload, cost_model=model, search=search)
     assert search.last_report.status == "OPTIMAL"
     assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model), rel=1e-4)
@@ -76,7 +76,7 @@ def test_memory_binds_in_the_optimum():
     tight = _tiny(17, cap=int(0.6 * total))
     free_optimum, tight_optimum = _brute_force(roomy, model), _brute_force(tight, model)
     assert tight_optimum > free_optimum * 1.001  # the premise: memory changes the optimum
-    search = IlpSearch(time_limit_s=10)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0)
     plan = plan_workload(tight, cost_model=model, search=search)
     assert search.last_report.objective_ms == pytest.approx(tight_optimum, rel=1e-4)
     assert check_plan(tight, plan).valid
@@ -87,7 +87,7 @@ def test_same_input_same_plan_and_time_limit_respected():
     plans = []
     for _ in range(2):
         started = time.perf_counter()
-        plans.append(plan_workload(workload, search=IlpSearch(time_limit_s=2)))
+        plans.append(plan_workload(workload, search=IlpSearch(time_limit_s=2, good_enough_gap=0.0)))
         # The greedy warm start and model building come on top of the solver's 2 s.
         assert time.perf_counter() - started < 2 + 3
     assert plans[0] == plans[1]

@@ -40,14 +40,29 @@ class IlpSearch:
 
     name = "ilp"
 
-    def __init__(self, time_limit_s: float = 5.0, max_variables: int = 400_000, workers: int | None = None):
+    def __init__(
+        self,
+        time_limit_s: float = 5.0,
+        max_variables: int = 400_000,
+        workers: int | None = None,
+        good_enough_gap: float = 0.01,
+    ):
         self.time_limit_s = time_limit_s
+        self.good_enough_gap = good_enough_gap
         self.max_variables = max_variables
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.last_report: IlpReport | None = None
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         greedy = GreedySearch().search(workload, cost_model)
+        greedy_ms = max(r.total_ms for r in cost_model.breakdown(workload, greedy.tables))
+        if greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
+            # Within a hair of the bound already: no solver time can buy more than the gap.
+            self.last_report = IlpReport(
+                f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)", greedy_ms,
+                greedy.lower_bound_ms, 0,
+            )
+            return greedy
         candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
         world = workload.topology.world_size
         size = sum(
