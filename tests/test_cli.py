@@ -70,6 +70,7 @@ def test_impossible_memory_writes_nothing(runner, tmp_path):
     result = run_cli(runner, "plan", DATA / "bad_workloads" / "impossible_memory.yaml", "-o", out)
     assert result.exit_code == 2
     assert "no plan fits in memory" in result.stderr and "Possible fixes" in result.stderr
+    assert "the roomiest, rank 0 on host 0, has" in result.stderr
     assert not out.exists()
 
 

@@ -51,6 +51,8 @@ class _Ranks:
 class _Unplaceable(Exception):
     table: str
     piece_bytes: int
+    rank: int  # the tightest place it was refused: the rank with the most room left
+    free_bytes: int
 
 
 class GreedySearch:
@@ -152,7 +154,7 @@ def _place(
             continue
         for rank, cost in enumerate(pcosts):
             if cost.hbm_bytes > ranks.free_bytes[rank]:
-                raise _Unplaceable(name, cost.hbm_bytes)
+                raise _Unplaceable(name, cost.hbm_bytes, rank, ranks.free_bytes[rank])
             add(rank, cand.sharding_type, cost)
         assigned[name] = list(range(len(pcosts)))
 
@@ -172,7 +174,8 @@ def _place(
             if best is None or peak < best[0]:
                 best = (peak, host, trial)
         if best is None:
-            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts))
+            roomiest = _roomiest(ranks)
+            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, ranks.free_bytes[roomiest])
         for rank, cost in zip(best[2], pcosts):
             add(rank, cand.sharding_type, cost)
         assigned[name] = best[2]
@@ -193,7 +196,8 @@ def _place(
         taken = set(assigned.get(name, []))
         fits = [r for r in range(topo.world_size) if ranks.free_bytes[r] >= cost.hbm_bytes]
         if not fits:
-            raise _Unplaceable(name, cost.hbm_bytes)
+            roomiest = _roomiest(ranks)
+            raise _Unplaceable(name, cost.hbm_bytes, roomiest, ranks.free_bytes[roomiest])
         # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
         pool = [r for r in fits if r not in taken] or fits
         rank = min(pool, key=lambda r: (load_with(r, kind, cost), r))
@@ -204,6 +208,10 @@ def _place(
     return tuple(
         _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
     )
+
+
+def _roomiest(ranks: _Ranks) -> int:
+    return max(range(len(ranks.free_bytes)), key=lambda r: (ranks.free_bytes[r], -r))
 
 
 def _fit_on(
@@ -297,7 +305,9 @@ def _infeasible(workload, costs, failure: _Unplaceable) -> ShardoptError:
     )
     return ShardoptError(
         f"{verdict}: table {failure.table!r} has a shard of"
-        f" {format_bytes(failure.piece_bytes)} that fits on no rank; the tables need at least"
+        f" {format_bytes(failure.piece_bytes)} that fits on no rank (the roomiest, rank"
+        f" {failure.rank} on host {topo.host_of(failure.rank)}, has {format_bytes(failure.free_bytes)}"
+        f" left); the tables need at least"
         f" {format_bytes(need)} against {format_bytes(cap * topo.world_size)} in the cluster"
         f" ({topo.world_size} ranks x hbm_cap {format_bytes(cap)}). Possible fixes: "
         + "; ".join(fixes),
