@@ -19,7 +19,6 @@ from ortools.sat.python import cp_model
 from shardopt.costmodel.base import CostModel
 from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
-from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.workload import Workload
@@ -77,7 +76,7 @@ class IlpSearch:
             name: [piece_costs(workload, cost_model, c) for c in cands]
             for name, cands in candidates.items()
         }
-        cheap = balance_lower_bound(workload, cost_model, candidates, costs)
+        cheap = greedy.lower_bound_ms  # the balance bound over these same candidates and costs
         model = _Model(workload, candidates, costs)
         model.hint(greedy.tables)
         solver = cp_model.CpSolver()
@@ -117,8 +116,10 @@ class _Model:
         load = [[] for _ in range(world)]  # (int cost, literal) terms per rank
         memory = [[] for _ in range(world)]
         self.choose: dict[tuple[str, int], cp_model.IntVar] = {}
-        self.place: dict[tuple[str, int, int, int], cp_model.IntVar] = {}
-        self.host: dict[tuple[str, int, int], cp_model.IntVar] = {}
+        # Placement literals by (table, candidate, piece) -> {rank: literal}, and host literals by
+        # (table, candidate) -> {host: literal}, so reading a piece's rank is a lookup, not a scan.
+        self.place: dict[tuple[str, int, int], dict[int, cp_model.IntVar]] = {}
+        self.host: dict[tuple[str, int], dict[int, cp_model.IntVar]] = {}
 
         def charge(rank, cost, literal):
             load[rank].append((int(round(cost.total_ms * self.scale)), literal))
@@ -140,7 +141,7 @@ class _Model:
                 if cand.placement == "host":
                     for h in hosts:
                         host_vars[h] = cp.new_bool_var(f"h[{name},{c},{h}]")
-                        self.host[name, c, h] = host_vars[h]
+                    self.host[name, c] = host_vars
                     # Host-bound cuts live on exactly one host when chosen.
                     cp.add(sum(host_vars.values()) == x)
                 for p, cost in enumerate(pcosts):
@@ -153,7 +154,7 @@ class _Model:
                         ys = []
                         for rank in ranks:
                             y = cp.new_bool_var(f"y[{name},{c},{p},{rank}]")
-                            self.place[name, c, p, rank] = y
+                            self.place.setdefault((name, c, p), {})[rank] = y
                             ys.append(y)
                             charge(rank, cost, y)
                         # Each piece of a chosen cut sits on exactly one rank (of its host).
@@ -190,15 +191,11 @@ class _Model:
             cand = cands[match]
             if cand.placement == "host":
                 host = tp.shards[0].rank // local
-                for (name, c, h), var in self.host.items():
-                    if name == tp.name and c == match:
-                        self.cp.add_hint(var, h == host)
+                for h, var in self.host[tp.name, match].items():
+                    self.cp.add_hint(var, h == host)
             for p, shard in enumerate(tp.shards):
-                for (name, c, q, rank), var in self._places_of(tp.name, match, p):
+                for rank, var in self.place.get((tp.name, match, p), {}).items():
                     self.cp.add_hint(var, rank == shard.rank)
-
-    def _places_of(self, name, c, p):
-        return [(k, v) for k, v in self.place.items() if k[0] == name and k[1] == c and k[2] == p]
 
     def solution(self, solver: cp_model.CpSolver) -> tuple[TablePlan, ...]:
         local = self.workload.topology.ranks_per_host
@@ -212,11 +209,10 @@ class _Model:
                 if cand.placement == "fixed":
                     ranks.append(p)
                 elif cand.placement == "host" and cand.sharding_type == "table_row_wise":
-                    host = next(h for (n, i, h), v in self.host.items()
-                                if n == table.name and i == c and solver.boolean_value(v))
+                    host = next(h for h, v in self.host[table.name, c].items() if solver.boolean_value(v))
                     ranks.append(host * local + p)
                 else:
-                    ranks.append(next(rank for (_, _, _, rank), v in self._places_of(table.name, c, p)
+                    ranks.append(next(rank for rank, v in self.place[table.name, c, p].items()
                                       if solver.boolean_value(v)))
             shards = tuple(
                 Shard(rank=r, offsets=(pc.row_offset, pc.col_offset), sizes=(pc.rows, pc.cols))
