@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from shardopt.workload import Table
+    from shardopt.plan import TablePlan
+    from shardopt.workload import Table, Workload
 
 DATA_TYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 INT8_ROW_OVERHEAD = 8  # FBGEMM stores a per-row fp32 scale and bias beside int8 rows
@@ -55,3 +57,21 @@ def shard_memory(
         cache = int(weight_bytes(table, rows, cols) * UVM_CACHE_LOAD_FACTOR)
         return ShardMemory(cache, total)
     raise ValueError(f"unknown compute kernel {compute_kernel!r}")
+
+
+def plan_memory(
+    workload: Workload, tables: Sequence[TablePlan]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Device bytes per rank and host DDR bytes per host of a plan's shards (unknown tables skipped)."""
+    by_name = {t.name: t for t in workload.tables}
+    hbm: dict[int, int] = defaultdict(int)
+    ddr: dict[int, int] = defaultdict(int)
+    for tp in tables:
+        table = by_name.get(tp.name)
+        if table is None:
+            continue
+        for s in tp.shards:
+            mem = shard_memory(workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel)
+            hbm[s.rank] += mem.hbm_bytes
+            ddr[workload.topology.host_of(s.rank)] += mem.ddr_bytes
+    return hbm, ddr

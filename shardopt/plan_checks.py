@@ -6,12 +6,11 @@ sees all of them at once.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardopt.memory import shard_memory
+from shardopt.memory import plan_memory
 from shardopt.plan import Plan, TablePlan
 from shardopt.units import format_bytes
 from shardopt.workload import Table, Workload
@@ -133,17 +132,7 @@ def _coverage_violations(tp: TablePlan, rows: int, cols: int, where: str) -> lis
 
 def _memory_violations(workload: Workload, plan: Plan) -> list[str]:
     topo = workload.topology
-    tables = {t.name: t for t in workload.tables}
-    hbm: dict[int, int] = defaultdict(int)
-    ddr: dict[int, int] = defaultdict(int)
-    for tp in plan.tables:
-        table = tables.get(tp.name)
-        if table is None:
-            continue
-        for s in tp.shards:
-            mem = shard_memory(workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel)
-            hbm[s.rank] += mem.hbm_bytes
-            ddr[topo.host_of(s.rank)] += mem.ddr_bytes
+    hbm, ddr = plan_memory(workload, plan.tables)
     out = []
     for rank in sorted(hbm):
         if hbm[rank] > topo.hbm_cap:

@@ -20,6 +20,7 @@ import numpy as np
 from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.lookups import Bags, sample_bags
+from shardopt.memory import plan_memory
 from shardopt.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
@@ -171,7 +172,7 @@ def replay_plan(
         }
     )
     comm_ms = comm.rank_comm_ms(workload, plan.tables)
-    memory = [r.hbm_bytes for r in AnalyticCostModel().breakdown(workload, plan.tables)]
+    hbm, _ = plan_memory(workload, plan.tables)
     ranks = []
     for rank in range(world):
         fwd = bwd = fwd_spread = bwd_spread = 0.0
@@ -189,7 +190,7 @@ def replay_plan(
         fcomm, bcomm = comm_ms[rank]
         measured = RankBreakdown(
             rank=rank, fwd_compute_ms=fwd, bwd_compute_ms=bwd, fwd_comm_ms=fcomm,
-            bwd_comm_ms=bcomm, total_ms=fwd + bwd + fcomm + bcomm, hbm_bytes=memory[rank],
+            bwd_comm_ms=bcomm, total_ms=fwd + bwd + fcomm + bcomm, hbm_bytes=hbm[rank],
         )
         ranks.append(RankReplay(measured, fwd_spread, bwd_spread, len(groups)))
         if progress:

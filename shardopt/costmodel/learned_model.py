@@ -12,7 +12,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.learned import KernelPredictor, LearnedParts
 from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
 from shardopt.hardware import hardware_for
-from shardopt.memory import shard_memory
+from shardopt.memory import plan_memory, shard_memory
 from shardopt.plan import RankBreakdown, TablePlan
 from shardopt.profile.precision import measured_precision
 from shardopt.workload import Table, Workload
@@ -75,7 +75,7 @@ class LearnedCostModel(CostModel):
         comm = rank_comm_from_all_to_all(
             workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
         )
-        memory = [r.hbm_bytes for r in self._analytic.breakdown(workload, tables)]
+        hbm, _ = plan_memory(workload, tables)
         out = []
         for rank in range(workload.topology.world_size):
             fwd, bwd = compute[rank] * 1e3
@@ -83,6 +83,6 @@ class LearnedCostModel(CostModel):
             out.append(RankBreakdown(
                 rank=rank, fwd_compute_ms=float(fwd), bwd_compute_ms=float(bwd),
                 fwd_comm_ms=fcomm, bwd_comm_ms=bcomm, total_ms=float(fwd + bwd) + fcomm + bcomm,
-                hbm_bytes=memory[rank],
+                hbm_bytes=hbm[rank],
             ))
         return out
