@@ -40,6 +40,18 @@ class RowBuckets:
             share += float((k - prev) * self.probs[idx])
         return min(share, 1.0)
 
+    def rows_for_share(self, share: float) -> float:
+        """The fewest hottest rows that draw ``share`` of the lookups (inverse of top_share)."""
+        if share <= 0:
+            return 0.0
+        mass = self.counts * self.probs
+        cum_mass = np.cumsum(mass)
+        idx = int(np.searchsorted(cum_mass, min(share, float(cum_mass[-1])) - 1e-12))
+        idx = min(idx, len(self.counts) - 1)
+        before_rows = float(np.sum(self.counts[:idx]))
+        before_mass = float(cum_mass[idx - 1]) if idx else 0.0
+        return before_rows + max(share - before_mass, 0.0) / float(self.probs[idx])
+
     def expected_unique(self, lookups: float) -> float:
         """Expected distinct rows touched by ``lookups`` independent draws."""
         if lookups <= 0:

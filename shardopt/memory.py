@@ -45,16 +45,22 @@ def shard_bytes(optimizer: str, table: Table, rows: int, cols: int) -> int:
 
 
 def shard_memory(
-    optimizer: str, table: Table, rows: int, cols: int, compute_kernel: str = "fused"
+    optimizer: str,
+    table: Table,
+    rows: int,
+    cols: int,
+    compute_kernel: str = "fused",
+    cache_load_factor: float | None = None,
 ) -> ShardMemory:
-    """Where a shard's bytes live for a TorchRec compute kernel."""
+    """Where a shard's bytes live for a TorchRec compute kernel (and its HBM cache share)."""
     total = shard_bytes(optimizer, table, rows, cols)
     if compute_kernel in ("fused", "dense"):
         return ShardMemory(total, 0)
     if compute_kernel == "fused_uvm":
         return ShardMemory(0, total)
     if compute_kernel == "fused_uvm_caching":
-        cache = int(weight_bytes(table, rows, cols) * UVM_CACHE_LOAD_FACTOR)
+        factor = UVM_CACHE_LOAD_FACTOR if cache_load_factor is None else cache_load_factor
+        cache = int(weight_bytes(table, rows, cols) * factor)
         return ShardMemory(cache, total)
     raise ValueError(f"unknown compute kernel {compute_kernel!r}")
 
@@ -71,7 +77,10 @@ def plan_memory(
         if table is None:
             continue
         for s in tp.shards:
-            mem = shard_memory(workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel)
+            mem = shard_memory(
+                workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel,
+                tp.cache_load_factor,
+            )
             hbm[s.rank] += mem.hbm_bytes
             ddr[workload.topology.host_of(s.rank)] += mem.ddr_bytes
     return hbm, ddr

@@ -3,6 +3,10 @@
 ``offsets`` and ``sizes`` are ``[row, col]`` as in TorchRec's ShardMetadata; a data_parallel table
 has one full-size shard per rank that holds it. Later format changes add fields and bump
 ``version``, keeping a reader for the old one.
+
+Version 2 adds a table's ``cache_load_factor`` (the share of its rows a ``fused_uvm_caching``
+kernel keeps in HBM: RecShard's hot tier) and the ``search`` block of ``predicted`` (which search,
+its solver status and bound; the gap is max_ms over lower_bound_ms). A version 1 file is read as version 2 without them.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from shardopt.schema import STRICT, validate_as
 from shardopt.workload import ShardingType
 
 PLAN_FORMAT = "shardopt-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 ComputeKernel = Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"]
 NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 Milliseconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+LoadFactor = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -46,6 +52,8 @@ class TablePlan:
     sharding_type: ShardingType
     shards: Annotated[tuple[Shard, ...], Field(min_length=1)]
     compute_kernel: ComputeKernel = "fused"
+    # HBM cache share of a fused_uvm_caching table; None means TorchRec's default (0.2).
+    cache_load_factor: Optional[LoadFactor] = None
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -66,6 +74,18 @@ class RankBreakdown:
 
 
 @dataclass(frozen=True, config=STRICT)
+class SearchInfo:
+    """How the plan was found: the search and the solver's verdict (no timings: the same input
+    must give the same file)."""
+
+    algorithm: str  # "ilp", "greedy", "greedy+repair", ...
+    status: str  # OPTIMAL, FEASIBLE, or why the solver was skipped
+    solver_bound_ms: Optional[Milliseconds] = None  # CP-SAT's best bound, when it ran
+    variables: Optional[NonNegInt] = None  # placement literals in the solver's model
+    repair_moves: Optional[NonNegInt] = None  # moves the re-scoring repair made
+
+
+@dataclass(frozen=True, config=STRICT)
 class Predicted:
     """What the cost model expects of the plan, and the bound no plan can beat under it."""
 
@@ -73,6 +93,7 @@ class Predicted:
     max_ms: Milliseconds
     lower_bound_ms: Milliseconds
     per_rank: tuple[RankBreakdown, ...]
+    search: Optional[SearchInfo] = None
 
     @property
     def bottleneck(self) -> RankBreakdown:
@@ -97,7 +118,7 @@ class Plan:
     """A full sharding plan for one workload."""
 
     format: Literal["shardopt-plan"]
-    version: Literal[1]
+    version: Literal[2]
     workload: WorkloadRef
     world_size: PositiveInt
     tables: tuple[TablePlan, ...]
@@ -142,12 +163,28 @@ def plan_from_dict(data: object, source: str = "<plan>") -> Plan:
             raise ShardoptError(
                 f"{source}: format: must be {PLAN_FORMAT!r}, got {data.get('format')!r}"
             )
-        if data.get("version") != PLAN_VERSION:
+        version = data.get("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise ShardoptError(
-                f"{source}: version: this shardopt reads plan version {PLAN_VERSION},"
-                f" got {data.get('version')!r}"
+                f"{source}: version: this shardopt reads plan versions"
+                f" {', '.join(map(str, READABLE_VERSIONS))}, got {version!r}"
             )
+        if version == 1:
+            data = _upgrade_v1(data, source)
     return validate_as(Plan, data, source)
+
+
+def _upgrade_v1(data: dict, source: str) -> dict:
+    """A version 1 plan is a version 2 plan without the fields version 2 added."""
+    for i, table in enumerate(data.get("tables") or []):
+        if isinstance(table, dict) and "cache_load_factor" in table:
+            raise ShardoptError(
+                f"{source}: tables[{i}].cache_load_factor: not a version 1 field (use version 2)"
+            )
+    predicted = data.get("predicted")
+    if isinstance(predicted, dict) and "search" in predicted:
+        raise ShardoptError(f"{source}: predicted.search: not a version 1 field (use version 2)")
+    return {**data, "version": 2}
 
 
 def read_plan(path: str | Path) -> Plan:

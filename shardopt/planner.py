@@ -7,8 +7,9 @@ from typing import Optional, Protocol
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
 from shardopt.errors import ShardoptError
-from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, WorkloadRef
-from shardopt.search.greedy import GreedySearch, SearchResult
+from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
+from shardopt.search.greedy import SearchResult
+from shardopt.search.ilp import IlpSearch
 from shardopt.workload import Workload
 
 
@@ -28,7 +29,7 @@ def plan_workload(
 ) -> Plan:
     """Plan a workload; infeasibility is a ShardoptError naming ``source``."""
     cost_model = cost_model if cost_model else AnalyticCostModel()
-    search = search if search else GreedySearch()
+    search = search if search else IlpSearch()
     try:
         result = search.search(workload, cost_model)
     except ShardoptError as exc:
@@ -39,6 +40,11 @@ def plan_workload(
         max_ms=max(r.total_ms for r in per_rank),
         lower_bound_ms=result.lower_bound_ms,
         per_rank=per_rank,
+        search=SearchInfo(
+            algorithm=result.algorithm, status=result.status,
+            solver_bound_ms=result.solver_bound_ms, variables=result.variables,
+            repair_moves=result.repair_moves,
+        ),
     )
     return Plan(
         format=PLAN_FORMAT,

@@ -11,13 +11,13 @@ when one is given, else from the workload's declared bandwidths through the anal
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
 from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.lookups import Bags, sample_bags
 from shardopt.memory import plan_memory
@@ -83,31 +83,15 @@ class ProfiledComm(CommSource):
     """All-to-all times interpolated (log-log) from a measured profile at the plan's world size."""
 
     def __init__(self, records: Sequence[dict], source: str) -> None:
-        self.curves: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
-        points: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
-        for r in records:
-            points[r["world_size"], r["pattern"]].append(
-                (float(r["message_bytes"]), r["timing"]["median_us"] / 1e3)
-            )
-        for key, pts in points.items():
-            pts.sort()
-            self.curves[key] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+        self.curves = CommCurves.from_records(records)
         self.source = source
         self.name = f"measured all-to-all ({source})"
 
     def world_sizes(self) -> list[int]:
-        return sorted({w for w, _ in self.curves})
+        return self.curves.world_sizes()
 
     def time_ms(self, world: int, pattern: str, message_bytes: float) -> float:
-        """Latency-bound below the smallest size measured, bandwidth-bound above the largest."""
-        if message_bytes <= 0:
-            return 0.0
-        sizes, times = self.curves[world, pattern]
-        if message_bytes <= sizes[0]:
-            return float(times[0])
-        if message_bytes >= sizes[-1]:
-            return float(times[-1] * message_bytes / sizes[-1])
-        return float(np.exp(np.interp(np.log(message_bytes), np.log(sizes), np.log(times))))
+        return self.curves.seconds(world, pattern, message_bytes) * 1e3
 
     def rank_comm_ms(self, workload, tables):
         world = workload.topology.world_size

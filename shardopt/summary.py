@@ -53,4 +53,21 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
         )
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
+    if tiered:
+        factors = sorted({t.cache_load_factor for t in tiered if t.cache_load_factor is not None})
+        lines.append(
+            f"hot/cold tiers: {len(tiered)} tables cache hot rows in HBM"
+            + (f" (load factors {', '.join(f'{f:g}' for f in factors)})" if factors else "")
+        )
+    search = predicted.search if predicted else None
+    if search:
+        parts = [f"search: {search.algorithm}, status {search.status}"]
+        if search.solver_bound_ms is not None:
+            parts.append(f"solver bound {search.solver_bound_ms:.3f} ms")
+        if search.variables:
+            parts.append(f"{search.variables} placements")
+        if search.repair_moves is not None:
+            parts.append(f"{search.repair_moves} repair moves")
+        lines.append("; ".join(parts))
     return "\n".join(lines)

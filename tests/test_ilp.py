@@ -10,6 +10,7 @@ from shardopt.plan_checks import check_plan
 from shardopt.planner import plan_workload
 from shardopt.search.candidates import table_candidates
 from shardopt.search.greedy import piece_costs
+from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
 from shardopt.workload import read_workload, workload_from_dict
 
@@ -91,7 +92,7 @@ def test_same_input_same_plan_and_time_limit_respected():
         # The greedy warm start and model building come on top of the solver's 2 s.
         assert time.perf_counter() - started < 2 + 3
     assert plans[0] == plans[1]
-    greedy = plan_workload(workload)
+    greedy = plan_workload(workload, search=GreedySearch(repair_s=0))
     assert plans[0].predicted.max_ms <= greedy.predicted.max_ms + 1e-9
     assert plans[0].predicted.lower_bound_ms <= plans[0].predicted.max_ms
 
@@ -102,5 +103,46 @@ def test_cli_plans_with_the_ilp(runner, tmp_path):
     out = tmp_path / "p.json"
     result = run_cli(runner, "plan", CONFIGS / "tiny.yaml", "-o", out, "--search", "ilp", "--time-limit", "2")
     assert result.exit_code == 0
-    assert "search: CP-SAT OPTIMAL" in result.stdout
+    assert "search: ilp+repair, status OPTIMAL" in result.stdout
     assert run_cli(runner, "validate", CONFIGS / "tiny.yaml", out).exit_code == 0
+
+
+def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
+    from shardopt.search.ilp import _free_first_piece, _Model
+
+    from dataclasses import replace
+
+    medium, _ = read_workload(CONFIGS / "dlrm-medium.yaml")
+    # Row-wise over all ranks pins uneven row blocks to ranks, which makes ranks differ; without
+    # it the 8 ranks of the host are interchangeable.
+    tables = tuple(replace(t, sharding_types=("table_wise", "column_wise")) for t in medium.tables)
+    workload = replace(medium, tables=tables)
+    model = AnalyticCostModel()
+    candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+    costs = {n: [piece_costs(workload, model, c) for c in cs] for n, cs in candidates.items()}
+    m = _Model(workload, candidates, costs)
+    assert [len(c) for c in m.classes] == [8]  # one host of identical ranks
+    with_rw = _Model(medium, {t.name: table_candidates(medium, t) for t in medium.tables},
+                     {t.name: [piece_costs(medium, model, c) for c in table_candidates(medium, t)]
+                      for t in medium.tables})
+    assert all(len(c) < 8 for c in with_rw.classes)
+    greedy = GreedySearch(repair_s=0).search(workload, model).tables
+    canonical = m.canonical(greedy)
+    by_name = {tp.name: tp for tp in canonical}
+    for ranks in m.classes:
+        for j, name in enumerate(m.order[: len(ranks) - 1]):
+            tp = by_name[name]
+            if _free_first_piece(workload, tp) and tp.shards[0].rank in ranks:
+                assert ranks.index(tp.shards[0].rank) <= j
+    # Relabelling identical ranks changes no rank's cost.
+    before = sorted(round(r.total_ms, 9) for r in model.breakdown(workload, greedy))
+    after = sorted(round(r.total_ms, 9) for r in model.breakdown(workload, canonical))
+    assert before == after
+    # And the hint is a solution of the constrained model.
+    from ortools.sat.python import cp_model
+
+    m.hint(canonical)
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.max_time_in_seconds = 10
+    assert solver.solve(m.cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE)

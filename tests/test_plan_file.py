@@ -20,8 +20,32 @@ GOOD_PLAN = DATA / "good_plan.json"
 
 
 def test_good_plan_round_trips_byte_for_byte():
-    text = GOOD_PLAN.read_text()
+    text = GOOD_PLAN.read_text().replace('"version": 1', '"version": 2')
     assert plan_to_json(plan_from_dict(json.loads(text))) == text
+
+
+def test_version_1_plan_is_read_as_version_2():
+    old = json.loads(GOOD_PLAN.read_text())
+    assert old["version"] == 1
+    plan = plan_from_dict(old)
+    assert plan.version == 2
+    assert all(t.cache_load_factor is None for t in plan.tables)
+    assert plan.predicted.search is None
+
+
+def test_version_2_fields_round_trip():
+    data = json.loads(GOOD_PLAN.read_text())
+    data["version"] = 2
+    data["tables"][0].update(compute_kernel="fused_uvm_caching", cache_load_factor=0.35)
+    data["predicted"]["search"] = {
+        "algorithm": "ilp+repair", "status": "OPTIMAL", "solver_bound_ms": 0.4,
+        "variables": 12, "repair_moves": 0,
+    }
+    text = plan_to_json(plan_from_dict(data))
+    again = plan_from_dict(json.loads(text))
+    assert plan_to_json(again) == text
+    assert again.tables[0].cache_load_factor == 0.35
+    assert again.predicted.search.status == "OPTIMAL"
 
 
 def test_good_plan_is_valid(runner):
@@ -128,6 +152,10 @@ def test_invalid_plans_list_every_violation():
         (
             lambda d: d["tables"][0].update(compute_kernel="fused_uvm"),
             "fused_uvm needs a cuda compute_device",
+        ),
+        (
+            lambda d: d.update(version=2) or d["tables"][1].update(cache_load_factor=0.3),
+            "tables[1].cache_load_factor: only a fused_uvm_caching table has a cache",
         ),
     ],
 )

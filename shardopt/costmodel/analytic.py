@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.terms import INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, shard_terms
 from shardopt.hardware import Hardware, hardware_for
 from shardopt.memory import shard_memory
@@ -36,6 +37,9 @@ class Calibration:
     bwd_kernel_s: float
     comm: dict[int, tuple[float, float]]
     trained_on: dict
+    # The measured all-to-all curves themselves: a rank's whole-plan comm is read off them (the
+    # alpha + beta line above is the additive estimate a search uses per shard).
+    comm_curves: CommCurves | None = None
 
 
 class AnalyticCostModel(CostModel):
@@ -48,6 +52,7 @@ class AnalyticCostModel(CostModel):
     def __init__(self, hardware: Hardware | None = None, calibration: Calibration | None = None) -> None:
         self._hardware = hardware
         self.calibration = calibration
+        self._slope_cache: tuple[Workload, tuple[float, float] | None] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def hardware(self, workload: Workload) -> Hardware:
@@ -67,22 +72,25 @@ class AnalyticCostModel(CostModel):
         rows: int,
         cols: int,
         compute_kernel: str = "fused",
+        cache_load_factor: float | None = None,
     ) -> ShardCost:
         hw = self.hardware(workload)
         lookups = shard_lookups(workload, table, sharding_type, rows)
         fwd_terms, bwd_terms = shard_terms(
             hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
             optimizer=workload.optimizer, compute_kernel=compute_kernel,
+            cache_load_factor=cache_load_factor,
         )
         fwd_coef, bwd_coef = self._coefficients(hw)
         fwd_comm_s, bwd_comm_s = self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups)
-        memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel)
+        memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel, cache_load_factor)
         return ShardCost(
             fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3,
             bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3,
             fwd_comm_ms=fwd_comm_s * 1e3,
             bwd_comm_ms=bwd_comm_s * 1e3,
             hbm_bytes=memory.hbm_bytes,
+            ddr_bytes=memory.ddr_bytes,
         )
 
     def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups):
@@ -92,6 +100,12 @@ class AnalyticCostModel(CostModel):
         if world == 1:
             return 0.0, 0.0
         sent = comm_bytes(workload, sharding_type, rows, cols, lookups)
+        slopes = self._curve_slopes(workload)
+        if slopes is not None:
+            even, pooled_slope = slopes
+            pooled = (sent.pooled + sent.host_local) * pooled_slope
+            allreduce = 2 * even * sent.allreduce * (world - 1) / world
+            return sent.ids * even + pooled, pooled + allreduce
         fitted = self.calibration.comm.get(world) if self.calibration else None
         if fitted is not None:
             beta = fitted[1]
@@ -104,10 +118,69 @@ class AnalyticCostModel(CostModel):
         bwd = sent.pooled * a2a + host_local + 2 * (world - 1) / world * sent.allreduce * a2a
         return fwd, bwd
 
+    def _curves(self, workload: Workload) -> CommCurves | None:
+        curves = self.calibration.comm_curves if self.calibration else None
+        world = workload.topology.world_size
+        return curves if curves is not None and world > 1 and curves.covers(world) else None
+
+    def _curve_slopes(self, workload: Workload) -> tuple[float, float] | None:
+        """Seconds per byte of the measured curves around a balanced rank's traffic.
+
+        A search adds shard costs, so each shard is charged the curve's secant slope between half
+        and twice the bytes a rank carries when the tables are spread evenly (all table-wise):
+        the straight line that best stands in for the curve where balanced plans live.
+        """
+        if self._slope_cache is not None and self._slope_cache[0] is workload:
+            return self._slope_cache[1]
+        curves = self._curves(workload)
+        slopes = None
+        if curves is not None:
+            world = workload.topology.world_size
+            total = CommBytes()
+            for table in workload.tables:
+                lookups = shard_lookups(workload, table, "table_wise", table.num_embeddings)
+                total = total + comm_bytes(workload, "table_wise", table.num_embeddings,
+                                           table.embedding_dim, lookups)
+            slopes = tuple(
+                _secant(curves, world, pattern, max(volume / world, 1.0))
+                for pattern, volume in (("even", total.ids), ("pooled", total.pooled))
+            )
+        self._slope_cache = (workload, slopes)
+        return slopes  # type: ignore[return-value]
+
+    def comm_floor_ms(
+        self, workload: Workload, average: "CommBytes", every_rank_sends: bool = False
+    ) -> float | None:
+        """A floor under the busiest rank's comm when ranks average ``average`` bytes (or None).
+
+        Each collective's curve is replaced by its convex minorant, so the mean over ranks of
+        their traffic times is at least the minorant at the mean bytes (Jensen). When every rank
+        takes part in the sharded all-to-alls, the minorant starts at their latency floor.
+        """
+        curves = self._curves(workload)
+        if curves is None:
+            return None
+        world = workload.topology.world_size
+        pooled = curves.convex_minorant(
+            world, "pooled", average.pooled + average.host_local, every_rank_sends
+        )
+        fwd = curves.convex_minorant(world, "even", average.ids, every_rank_sends) + pooled
+        allreduce = 2 * curves.convex_minorant(world, "even", average.allreduce * (world - 1) / world)
+        return (fwd + pooled + allreduce) * 1e3
+
+    def additive(self, workload: Workload) -> bool:
+        """Whether a plan's cost is its shards' costs summed per rank (plus kind overheads)."""
+        return self._curves(workload) is None
+
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         fwd, bwd, fwd_comm, bwd_comm = self.overheads(workload, sharding_types)
         return (fwd + bwd + fwd_comm + bwd_comm) * 1e3
+
+    def compute_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        """Kernel-call time alone (collective latency is in the comm curves when they exist)."""
+        fwd, bwd, _, _ = self.overheads(workload, sharding_types)
+        return (fwd + bwd) * 1e3
 
     def overheads(self, workload: Workload, sharding_types: set[str]) -> tuple[float, float, float, float]:
         """Seconds a rank pays for holding shards of these types: (fwd kernel, bwd kernel, fwd comm, bwd comm)."""
@@ -146,6 +219,7 @@ class AnalyticCostModel(CostModel):
                     shard.sizes[0],
                     shard.sizes[1],
                     table_plan.compute_kernel,
+                    table_plan.cache_load_factor,
                 )
                 acc = sums[shard.rank]
                 acc[0] += cost.fwd_compute_ms
@@ -154,10 +228,19 @@ class AnalyticCostModel(CostModel):
                 acc[3] += cost.bwd_comm_ms
                 memory[shard.rank] += cost.hbm_bytes
                 kinds[shard.rank].add(table_plan.sharding_type)
+        world = workload.topology.world_size
+        curves = self.calibration.comm_curves if self.calibration else None
+        measured_comm = None
+        if curves is not None and world > 1 and curves.covers(world):
+            # The rank's whole traffic read off the measured curves, as replay reads it.
+            measured_comm = rank_comm_from_all_to_all(workload, tables, curves.seconds)
         out = []
-        for rank in range(workload.topology.world_size):
+        for rank in range(world):
             fwd, bwd, fcomm, bcomm = sums[rank]
             o_fwd, o_bwd, o_fcomm, o_bcomm = (x * 1e3 for x in self.overheads(workload, kinds[rank]))
+            if measured_comm is not None:
+                fcomm, bcomm = (x * 1e3 for x in measured_comm[rank])
+                o_fcomm = o_bcomm = 0.0
             parts = (fwd + o_fwd, bwd + o_bwd, fcomm + o_fcomm, bcomm + o_bcomm)
             out.append(
                 RankBreakdown(
@@ -200,6 +283,14 @@ class CommBytes:
     pooled: float = 0.0
     host_local: float = 0.0
     allreduce: float = 0.0
+
+    def __add__(self, other: "CommBytes") -> "CommBytes":
+        return CommBytes(self.ids + other.ids, self.pooled + other.pooled,
+                         self.host_local + other.host_local, self.allreduce + other.allreduce)
+
+    def scaled(self, factor: float) -> "CommBytes":
+        return CommBytes(self.ids * factor, self.pooled * factor, self.host_local * factor,
+                         self.allreduce * factor)
 
 
 def comm_bytes(
@@ -269,3 +360,8 @@ def rank_comm_from_all_to_all(
         allreduce = 2 * seconds_or_ms(world, "even", b.allreduce * (world - 1) / world)
         out.append((fwd, pooled + allreduce))
     return out
+
+
+def _secant(curves: CommCurves, world: int, pattern: str, around: float) -> float:
+    low, high = around / 2, around * 2
+    return (curves.seconds(world, pattern, high) - curves.seconds(world, pattern, low)) / (high - low)

@@ -19,6 +19,7 @@ class ShardCost:
     fwd_comm_ms: float
     bwd_comm_ms: float
     hbm_bytes: int
+    ddr_bytes: int = 0  # host memory of UVM tiers, counted against the host's ddr_cap
 
     @property
     def total_ms(self) -> float:
@@ -39,6 +40,7 @@ class CostModel(abc.ABC):
         rows: int,
         cols: int,
         compute_kernel: str = "fused",
+        cache_load_factor: float | None = None,
     ) -> ShardCost:
         """Cost of one shard on its own: what a search adds to a rank when it places the shard."""
 

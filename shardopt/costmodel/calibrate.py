@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import nnls
 
+from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.profile_data import KernelSample, kernel_terms
 from shardopt.costmodel.terms import hardware_coefficients
@@ -61,4 +62,5 @@ def calibrate(
         bwd_kernel_s=bwd_kernel,
         comm=comm,
         trained_on=trained_on,
+        comm_curves=CommCurves.from_records(comm_records) if comm_records else None,
     )

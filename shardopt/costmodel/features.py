@@ -23,7 +23,7 @@ def shard_features(hw: Hardware, shard: KernelShard) -> np.ndarray:
     """Raw table facts (rows, dim, pooling, batch, precision, tier) beside the work terms."""
     fwd, bwd = shard_terms(
         hw, shard.table, shard.rows, shard.cols, lookups=shard.lookups, samples=shard.samples,
-        compute_kernel=shard.compute_kernel,
+        compute_kernel=shard.compute_kernel, cache_load_factor=shard.cache_load_factor,
     )
     raw = [
         shard.rows, shard.cols, shard.lookups, shard.samples,

@@ -12,7 +12,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.learned import KernelPredictor, LearnedParts
 from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
 from shardopt.hardware import hardware_for
-from shardopt.memory import plan_memory, shard_memory
+from shardopt.memory import plan_memory
 from shardopt.plan import RankBreakdown, TablePlan
 from shardopt.profile.precision import measured_precision
 from shardopt.workload import Table, Workload
@@ -40,17 +40,36 @@ class LearnedCostModel(CostModel):
         alone, empty = self._predictor(workload).kernel_seconds([[shard], []])
         return tuple(np.maximum(alone - empty, 0.0))  # type: ignore[return-value]
 
-    def shard_cost(self, workload, table: Table, sharding_type, rows, cols, compute_kernel="fused") -> ShardCost:
+    def shard_cost(
+        self, workload, table: Table, sharding_type, rows, cols, compute_kernel="fused",
+        cache_load_factor=None,
+    ) -> ShardCost:
         """The shard's marginal kernel time (alone minus an empty kernel); comm as calibrated."""
         fwd_s, bwd_s = self._single(
-            workload, PlacedShard(table, sharding_type, 0, rows, cols, compute_kernel)
+            workload,
+            PlacedShard(table, sharding_type, 0, rows, cols, compute_kernel, cache_load_factor),
         )
-        comm = self._analytic.shard_cost(workload, table, sharding_type, rows, cols, compute_kernel)
+        comm = self._analytic.shard_cost(
+            workload, table, sharding_type, rows, cols, compute_kernel, cache_load_factor
+        )
         return ShardCost(
             fwd_compute_ms=fwd_s * 1e3, bwd_compute_ms=bwd_s * 1e3,
             fwd_comm_ms=comm.fwd_comm_ms, bwd_comm_ms=comm.bwd_comm_ms,
-            hbm_bytes=shard_memory(workload.optimizer, table, rows, cols, compute_kernel).hbm_bytes,
+            hbm_bytes=comm.hbm_bytes,
+            ddr_bytes=comm.ddr_bytes,
         )
+
+    def comm_floor_ms(self, workload: Workload, average, every_rank_sends: bool = False) -> float | None:
+        return self._analytic.comm_floor_ms(workload, average, every_rank_sends)
+
+    def additive(self, workload: Workload) -> bool:
+        return False  # a rank's shards are priced together
+
+    def compute_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        if not sharding_types:
+            return 0.0
+        empty = self._predictor(workload).kernel_seconds([[]])[0].sum() * 1e3
+        return empty * (int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types))
 
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         if not sharding_types:
@@ -72,9 +91,14 @@ class LearnedCostModel(CostModel):
         compute = np.zeros((workload.topology.world_size, 2))
         for rank, (f, b) in zip(owner, seconds):
             compute[rank] += (f, b)
-        comm = rank_comm_from_all_to_all(
-            workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
-        )
+        curves = self._analytic._curves(workload)
+        if curves is not None:
+            # Measured curves beat a net fitted to their few points, and replay reads the same.
+            comm = rank_comm_from_all_to_all(workload, tables, lambda w, p, n: curves.seconds(w, p, n) * 1e3)
+        else:
+            comm = rank_comm_from_all_to_all(
+                workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
+            )
         hbm, _ = plan_memory(workload, tables)
         out = []
         for rank in range(workload.topology.world_size):

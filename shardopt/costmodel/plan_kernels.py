@@ -28,6 +28,7 @@ class PlacedShard:
     rows: int
     cols: int
     compute_kernel: str
+    cache_load_factor: float | None = None
 
 
 def rank_kernels(
@@ -45,7 +46,7 @@ def rank_kernels(
             key = (key_precision, tp.sharding_type == "data_parallel")
             out[shard.rank][key].append(
                 PlacedShard(table, tp.sharding_type, shard.offsets[0], shard.sizes[0], shard.sizes[1],
-                            tp.compute_kernel)
+                            tp.compute_kernel, tp.cache_load_factor)
             )
     return [dict(sorted(groups.items())) for groups in out]
 
@@ -59,4 +60,5 @@ def kernel_shard(workload: Workload, placed: PlacedShard, precision: str) -> Ker
         lookups=shard_lookups(workload, placed.table, placed.sharding_type, placed.rows),
         samples=shard_samples(workload, placed.sharding_type),
         compute_kernel=placed.compute_kernel,
+        cache_load_factor=placed.cache_load_factor,
     )

@@ -26,6 +26,7 @@ class KernelShard:
     lookups: float
     samples: int
     compute_kernel: str = "fused"
+    cache_load_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def kernel_terms(hw: Hardware, shards: Sequence[KernelShard]) -> tuple[np.ndarra
     for s in shards:
         f, b = shard_terms(
             hw, s.table, s.rows, s.cols, lookups=s.lookups, samples=s.samples,
-            compute_kernel=s.compute_kernel,
+            compute_kernel=s.compute_kernel, cache_load_factor=s.cache_load_factor,
         )
         fwd, bwd = fwd + f, bwd + b
     return fwd, bwd

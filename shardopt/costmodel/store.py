@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.learned import LearnedParts
 from shardopt.errors import ShardoptError
 from shardopt.fileio import write_atomic
@@ -25,6 +26,7 @@ def _calibration_to_dict(c: Calibration) -> dict:
         "hardware": c.hardware, "fwd": list(c.fwd), "bwd": list(c.bwd),
         "fwd_kernel_s": c.fwd_kernel_s, "bwd_kernel_s": c.bwd_kernel_s,
         "comm": {str(w): list(ab) for w, ab in c.comm.items()}, "trained_on": c.trained_on,
+        **({"comm_curves": c.comm_curves.to_dict()} if c.comm_curves else {}),
     }
 
 
@@ -33,6 +35,7 @@ def _calibration_from_dict(d: dict) -> Calibration:
         hardware=d["hardware"], fwd=tuple(d["fwd"]), bwd=tuple(d["bwd"]),
         fwd_kernel_s=d["fwd_kernel_s"], bwd_kernel_s=d["bwd_kernel_s"],
         comm={int(w): (ab[0], ab[1]) for w, ab in d["comm"].items()}, trained_on=d["trained_on"],
+        comm_curves=CommCurves.from_dict(d["comm_curves"]) if d.get("comm_curves") else None,
     )
 
 

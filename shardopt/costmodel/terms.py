@@ -70,6 +70,7 @@ def shard_terms(
     samples: int,
     optimizer: str = "rowwise_adagrad",
     compute_kernel: str = "fused",
+    cache_load_factor: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward terms, backward terms) in the order of FWD_TERMS and BWD_TERMS."""
     row_frac = rows / table.num_embeddings
@@ -79,7 +80,7 @@ def shard_terms(
     # Ids are hashed into row blocks, so a row-wise shard holds a row_frac slice of every
     # popularity level: its k hottest rows carry the share of the table's k/row_frac hottest.
     hit = buckets.top_share(hw.cache_bytes / row_bytes / row_frac)
-    in_memory = _device_share(table, rows, row_frac, compute_kernel, buckets)
+    in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
     unique = buckets.expected_unique(lookups / row_frac) * row_frac
     update_bytes = unique * 2 * (row_bytes + state_bytes)
@@ -114,12 +115,17 @@ def shard_terms(
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
 
 
-def _device_share(table, rows, row_frac, compute_kernel, buckets) -> float:
-    """Share of missed rows read from device memory rather than over the host link (UVM)."""
+def _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor=None) -> float:
+    """Share of missed rows read from device memory rather than over the host link (UVM).
+
+    A caching kernel keeps the rows it sees most in HBM (LRU/LFU), so its hit share is the access
+    share of the table's hottest ``load_factor x rows`` rows: RecShard's hot tier.
+    """
     if compute_kernel == "fused_uvm":
         return 0.0
     if compute_kernel == "fused_uvm_caching":
-        return buckets.top_share(UVM_CACHE_LOAD_FACTOR * rows / row_frac)
+        factor = UVM_CACHE_LOAD_FACTOR if cache_load_factor is None else cache_load_factor
+        return buckets.top_share(factor * rows / row_frac)
     return 1.0
 
 

@@ -38,6 +38,7 @@ def machine_metadata(device: str) -> dict:
     meta = {
         "device": "cuda" if device.startswith("cuda") else "cpu",
         "cpu": _cpu_name(),
+        "cpu_id": cpu_fingerprint(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -68,6 +69,29 @@ def _installed(name: str) -> bool:
         return True
     except md.PackageNotFoundError:
         return False
+
+
+def cpu_fingerprint() -> str:
+    """Vendor, family, model and stepping plus the vector extensions FBGEMM dispatches on.
+
+    Two VMs both named "AMD EPYC" can differ four-fold in FBGEMM's CPU backward (AVX-512 or not),
+    so a CPU profile is tied to this string, not to the marketing name.
+    """
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if ":" not in line:
+                if fields:
+                    break  # the first processor's block is enough
+                continue
+            key, value = (part.strip() for part in line.split(":", 1))
+            fields.setdefault(key, value)
+    except OSError:
+        return platform.processor() or "unknown"
+    flags = set(fields.get("flags", "").split())
+    vector = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    ident = "/".join(fields.get(k, "?") for k in ("vendor_id", "cpu family", "model", "stepping"))
+    return f"{ident} {'+'.join(vector) or 'no-avx2'}"
 
 
 def _cpu_name() -> str:

@@ -3,16 +3,32 @@
 A candidate lists its pieces (row/col rectangles) and how their ranks are chosen: ``free`` pieces
 go to any rank, ``host`` pieces to the ranks of one host (piece i on the host's i-th rank when
 ``fixed`` too), ``fixed`` pieces to ranks 0..W-1 in order.
+
+Beyond TorchRec's kinds over all ranks, three come from the research:
+- row-wise over a subset of 2, 4, ... ranks (a big table's memory spread without paying every
+  rank's partial-sum traffic);
+- data-parallel replicas of small hot tables (no all-to-all, a gradient all-reduce instead);
+- RecShard's hot/cold tiers: on GPUs, a ``fused_uvm_caching`` table whose HBM cache holds the rows
+  that draw 80/90/95/99% of its lookups, the load factor read off the table's access CDF.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
+from shardopt.access import row_buckets
+from shardopt.memory import shard_bytes
 from shardopt.workload import Table, Workload
 
 MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per warp
+# RecShard tiers: cache the rows drawing these shares of a table's lookups.
+HOT_SHARES = (0.8, 0.9, 0.95, 0.99)
+MAX_LOAD_FACTOR = 0.5  # a bigger cache is not worth the UVM tier: keep the table in HBM
+TIERED_MIN_CAP_SHARE = 1 / 64  # only tables at least this share of a rank's HBM get tiers
+SUBSET_MIN_CAP_SHARE = 1 / 4  # row-wise subsets for tables at least this share of a rank's HBM
+DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this share
 
 Placement = Literal["free", "host", "fixed"]
 
@@ -34,11 +50,15 @@ class Candidate:
     pieces: tuple[Piece, ...]
     placement: Placement
     compute_kernel: str = "fused"
+    cache_load_factor: Optional[float] = None
 
     @property
     def label(self) -> str:
         n = len(self.pieces)
-        return self.sharding_type if n == 1 else f"{self.sharding_type}x{n}"
+        base = self.sharding_type if n == 1 else f"{self.sharding_type}x{n}"
+        if self.compute_kernel == "fused_uvm_caching":
+            base += f"@uvm{self.cache_load_factor:g}"
+        return base
 
 
 def split_evenly(total: int, parts: int, unit: int = 1) -> list[int]:
@@ -74,6 +94,18 @@ def column_splits(table: Table, max_parts: int) -> list[int]:
     return out
 
 
+def cache_load_factors(table: Table) -> list[float]:
+    """RecShard's split points: the HBM share of rows that serves each of HOT_SHARES of lookups."""
+    buckets = row_buckets(table)
+    out: list[float] = []
+    for share in HOT_SHARES:
+        factor = math.ceil(100 * buckets.rows_for_share(share) / table.num_embeddings) / 100
+        factor = max(factor, 0.01)
+        if factor <= MAX_LOAD_FACTOR and factor not in out:
+            out.append(factor)
+    return out
+
+
 def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
     """Candidates ordered from least to most split, of the table's allowed sharding types only.
 
@@ -86,26 +118,59 @@ def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
     rows = table.num_embeddings
     allowed = set(table.allowed_sharding_types)
     whole = (Piece(0, 0, rows, table.embedding_dim),)
+    size = shard_bytes(workload.optimizer, table, rows, table.embedding_dim)
     out: list[Candidate] = []
     if "table_wise" in allowed:
         out.append(Candidate(table.name, "table_wise", whole, "free"))
+    if (
+        "data_parallel" in allowed
+        and world > 1
+        and rows <= workload.batch_size * world  # its all-reduce is no bigger than its all-to-all
+        and size <= topo.hbm_cap * DP_MAX_CAP_SHARE
+    ):
+        out.append(Candidate(table.name, "data_parallel", whole * world, "fixed"))
     # Column-wise on any ranks dominates the same cut held to one host; offer the latter only alone.
+    cw_splits = []
     if "column_wise" in allowed:
-        for k in column_splits(table, world) or [1]:
+        cw_splits = column_splits(table, world)
+        for k in cw_splits or [1]:
             out.append(Candidate(table.name, "column_wise", _col_pieces(table, k), "free"))
     elif "table_column_wise" in allowed:
-        for k in column_splits(table, local) or [1]:
+        cw_splits = column_splits(table, local)
+        for k in cw_splits or [1]:
             out.append(Candidate(table.name, "table_column_wise", _col_pieces(table, k), "host"))
     # On one host, table-row-wise is row-wise by another name; offer it alone then.
     if "table_row_wise" in allowed and (topo.num_hosts > 1 or "row_wise" not in allowed):
         pieces = _row_pieces(table, min(local, rows))
         out.append(Candidate(table.name, "table_row_wise", pieces, "host"))
     if "row_wise" in allowed:
+        # Row-wise over a subset: for tables too big for one rank's share, or too narrow to be
+        # cut as finely by columns.
+        k = 2
+        while k < world and k <= rows:
+            if size >= topo.hbm_cap * SUBSET_MIN_CAP_SHARE or k > max(cw_splits, default=1):
+                out.append(Candidate(table.name, "row_wise", _row_pieces(table, k), "free"))
+            k *= 2
         out.append(Candidate(table.name, "row_wise", _row_pieces(table, min(world, rows)), "fixed"))
     if "data_parallel" in allowed and not out:
         # Replicating a table on every rank is a candidate only when nothing else is allowed.
         out.append(Candidate(table.name, "data_parallel", whole * world, "fixed"))
     if "table_wise" in allowed:
         # A one-piece column or row cut is table-wise under another name.
-        out = [c for c in out if len(c.pieces) > 1 or c.sharding_type == "table_wise"]
+        out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
+    if topo.compute_device == "cuda" and size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE:
+        out += _tiered(table, out)
     return out
+
+
+def _tiered(table: Table, cuts: list[Candidate]) -> list[Candidate]:
+    """RecShard's hot/cold tiers of the table's one-piece (or, failing that, first) cut."""
+    base = next((c for c in cuts if len(c.pieces) == 1 and c.sharding_type != "data_parallel"), None)
+    base = base or next((c for c in cuts if c.sharding_type != "data_parallel"), None)
+    if base is None:
+        return []
+    return [
+        Candidate(table.name, base.sharding_type, base.pieces, base.placement,
+                  compute_kernel="fused_uvm_caching", cache_load_factor=factor)
+        for factor in cache_load_factors(table)
+    ]

@@ -29,8 +29,15 @@ TARGETS = (1.0, 1.5, float("inf"))
 
 @dataclass(frozen=True)
 class SearchResult:
+    """A search's plan, the bound it proved, and how it got there (for the plan's search block)."""
+
     tables: tuple[TablePlan, ...]
     lower_bound_ms: float
+    algorithm: str = "greedy"
+    status: str = "HEURISTIC"
+    solver_bound_ms: float | None = None
+    variables: int | None = None
+    repair_moves: int | None = None
 
 
 @dataclass
@@ -40,11 +47,26 @@ class _Ranks:
     load_ms: list[float]
     free_bytes: list[int]
     kinds: list[Counter] = field(default_factory=list)
+    free_ddr: list[float] = field(default_factory=list)  # per host; inf without a ddr_cap
+    local: int = 1
 
     @classmethod
     def empty(cls, workload: Workload) -> "_Ranks":
-        world = workload.topology.world_size
-        return cls([0.0] * world, [workload.topology.hbm_cap] * world, [Counter() for _ in range(world)])
+        topo = workload.topology
+        world = topo.world_size
+        ddr = float("inf") if topo.ddr_cap is None else float(topo.ddr_cap)
+        return cls([0.0] * world, [topo.hbm_cap] * world, [Counter() for _ in range(world)],
+                   [ddr] * topo.num_hosts, topo.ranks_per_host)
+
+    def room(self, rank: int, cost: ShardCost) -> bool:
+        return (cost.hbm_bytes <= self.free_bytes[rank]
+                and cost.ddr_bytes <= self.free_ddr[rank // self.local])
+
+    def take(self, rank: int, kind: str, cost: ShardCost, sign: int = 1) -> None:
+        self.load_ms[rank] += sign * cost.total_ms
+        self.free_bytes[rank] -= sign * cost.hbm_bytes
+        self.free_ddr[rank // self.local] -= sign * cost.ddr_bytes
+        self.kinds[rank][kind] += sign
 
 
 @dataclass(frozen=True)
@@ -60,8 +82,9 @@ class GreedySearch:
 
     name = "greedy"
 
-    def __init__(self, targets: Sequence[float] = TARGETS) -> None:
+    def __init__(self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0) -> None:
         self.targets = tuple(targets)
+        self.repair_s = repair_s
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
@@ -87,7 +110,12 @@ class GreedySearch:
         if best is None:
             assert failure is not None
             raise _infeasible(workload, costs, failure)
-        return SearchResult(best[1], bound)
+        result = SearchResult(best[1], bound)
+        if self.repair_s > 0:
+            from shardopt.search.repair import repaired
+
+            result = repaired(workload, cost_model, result, self.repair_s)
+        return result
 
     @staticmethod
     def _search_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
@@ -113,7 +141,8 @@ def piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[S
     for p in cand.pieces:
         if (p.rows, p.cols) not in by_shape:
             by_shape[p.rows, p.cols] = model.shard_cost(
-                workload, table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel
+                workload, table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel,
+                cand.cache_load_factor,
             )
     return [by_shape[p.rows, p.cols] for p in cand.pieces]
 
@@ -138,9 +167,7 @@ def _place(
     assigned: dict[str, list[int]] = {}
 
     def add(rank: int, kind: str, cost: ShardCost) -> None:
-        ranks.load_ms[rank] += cost.total_ms
-        ranks.free_bytes[rank] -= cost.hbm_bytes
-        ranks.kinds[rank][kind] += 1
+        ranks.take(rank, kind, cost)
 
     def load_with(rank: int, kind: str, cost: ShardCost) -> float:
         kinds = set(ranks.kinds[rank]) | {kind}
@@ -153,7 +180,7 @@ def _place(
         if cand.placement != "fixed":
             continue
         for rank, cost in enumerate(pcosts):
-            if cost.hbm_bytes > ranks.free_bytes[rank]:
+            if not ranks.room(rank, cost):
                 raise _Unplaceable(name, cost.hbm_bytes, rank, ranks.free_bytes[rank])
             add(rank, cand.sharding_type, cost)
         assigned[name] = list(range(len(pcosts)))
@@ -194,7 +221,7 @@ def _place(
     for name, i, cost in free:
         kind = candidates[name][choice[name]].sharding_type
         taken = set(assigned.get(name, []))
-        fits = [r for r in range(topo.world_size) if ranks.free_bytes[r] >= cost.hbm_bytes]
+        fits = [r for r in range(topo.world_size) if ranks.room(r, cost)]
         if not fits:
             roomiest = _roomiest(ranks)
             raise _Unplaceable(name, cost.hbm_bytes, roomiest, ranks.free_bytes[roomiest])
@@ -218,6 +245,9 @@ def _fit_on(
     ranks: _Ranks, host_ranks: list[int], pcosts: Sequence[ShardCost], in_order: bool
 ) -> list[int] | None:
     """Ranks of one host for the pieces (piece i on rank i when ``in_order``), or None."""
+    ddr = ranks.free_ddr[host_ranks[0] // ranks.local]
+    if sum(c.ddr_bytes for c in pcosts) > ddr:
+        return None
     if in_order:
         picked = host_ranks[: len(pcosts)]
         ok = all(c.hbm_bytes <= ranks.free_bytes[r] for r, c in zip(picked, pcosts))
@@ -255,7 +285,9 @@ def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, r
                     continue
                 cost = costs[name][choice[name]][i]
                 for dest in range(len(totals)):
-                    if dest == worst or ranks.free_bytes[dest] < cost.hbm_bytes:
+                    if dest == worst or cost.hbm_bytes > ranks.free_bytes[dest]:
+                        continue
+                    if dest // ranks.local != worst // ranks.local and not ranks.room(dest, cost):
                         continue
                     kinds = set(+ranks.kinds[dest]) | {cand.sharding_type}
                     after = ranks.load_ms[dest] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
@@ -264,12 +296,8 @@ def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, r
         if not moves:
             return
         after, name, i, dest, cost, kind = min(moves, key=lambda m: (m[0], m[1], m[2], m[3]))
-        ranks.load_ms[worst] -= cost.total_ms
-        ranks.free_bytes[worst] += cost.hbm_bytes
-        ranks.kinds[worst][kind] -= 1
-        ranks.load_ms[dest] += cost.total_ms
-        ranks.free_bytes[dest] -= cost.hbm_bytes
-        ranks.kinds[dest][kind] += 1
+        ranks.take(worst, kind, cost, -1)
+        ranks.take(dest, kind, cost)
         assigned[name][i] = dest
 
 
@@ -282,6 +310,7 @@ def _table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
         name=cand.table,
         sharding_type=cand.sharding_type,
         compute_kernel=cand.compute_kernel,
+        cache_load_factor=cand.cache_load_factor,
         shards=shards,
     )
 

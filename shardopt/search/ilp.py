@@ -7,12 +7,18 @@ exceeds) so that the same input gives the same plan.
 CP-SAT's best bound is a lower bound on the bottleneck over the same candidates and additive
 shard costs; the returned bound is the larger of it and the cheap balance bound. Instances whose
 model would exceed ``max_variables`` are left to the greedy search, which reports its own bound.
+
+Identical ranks (one host, equal pinned load) make many plans mirror images of each other; the
+k-th heaviest table's first piece may only use the first k+1 ranks of such a class, which keeps
+one plan of each mirror family (the greedy hint is relabelled to match). After the solver, the
+plan is re-scored by the whole cost model and its bottleneck repaired (``repair.py``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -21,9 +27,11 @@ from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
+from shardopt.search.repair import repaired
 from shardopt.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
+REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver's plan
 
 
 @dataclass(frozen=True)
@@ -53,15 +61,19 @@ class IlpSearch:
         self.last_report: IlpReport | None = None
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        greedy = GreedySearch().search(workload, cost_model)
+        started = time.perf_counter()
+        result = self._solve(workload, cost_model)
+        return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
+                        deadline=started + self.time_limit_s)
+
+    def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+        greedy = GreedySearch(repair_s=0).search(workload, cost_model)
         greedy_ms = max(r.total_ms for r in cost_model.breakdown(workload, greedy.tables))
         if greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
             # Within a hair of the bound already: no solver time can buy more than the gap.
-            self.last_report = IlpReport(
-                f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)", greedy_ms,
-                greedy.lower_bound_ms, 0,
-            )
-            return greedy
+            status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
+            self.last_report = IlpReport(status, greedy_ms, greedy.lower_bound_ms, 0)
+            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status)
         candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
         world = workload.topology.world_size
         size = sum(
@@ -70,20 +82,22 @@ class IlpSearch:
             for c in cands
         )
         if size > self.max_variables:
-            self.last_report = IlpReport("SKIPPED (too large; greedy)", float("nan"), greedy.lower_bound_ms, size)
-            return greedy
+            status = f"SKIPPED (over {self.max_variables} placements; greedy)"
+            self.last_report = IlpReport(status, float("nan"), greedy.lower_bound_ms, size)
+            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status, variables=size)
         costs = {
             name: [piece_costs(workload, cost_model, c) for c in cands]
             for name, cands in candidates.items()
         }
         cheap = greedy.lower_bound_ms  # the balance bound over these same candidates and costs
         model = _Model(workload, candidates, costs)
-        model.hint(greedy.tables)
+        model.hint(model.canonical(greedy.tables))
         solver = cp_model.CpSolver()
-        # The wall-clock limit is the user's; the deterministic limit, about a third of it, is
-        # usually reached first, and then the same input gives the same plan.
-        solver.parameters.max_time_in_seconds = self.time_limit_s
-        solver.parameters.max_deterministic_time = self.time_limit_s / 3
+        # The wall-clock limit is the user's (less the repair's share); the deterministic limit,
+        # about a third of it, is usually reached first, and then the same input gives the same plan.
+        solve_s = max(0.1, self.time_limit_s * (1 - REPAIR_SHARE))
+        solver.parameters.max_time_in_seconds = solve_s
+        solver.parameters.max_deterministic_time = solve_s / 3
         solver.parameters.num_workers = self.workers
         solver.parameters.interleave_search = True  # deterministic with several workers
         status = solver.solve(model.cp)
@@ -94,11 +108,15 @@ class IlpSearch:
             )
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             self.last_report = IlpReport(f"{name} (greedy kept)", float("nan"), cheap, size)
-            return greedy
+            return SearchResult(greedy.tables, cheap, "greedy", f"{name} (greedy kept)", variables=size)
         tables = model.solution(solver)
-        bound = max(cheap, solver.best_objective_bound / model.scale)
+        solver_bound = solver.best_objective_bound / model.scale
+        # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
+        # (measured comm curves, learned) gets the cheap bound, which is valid for it.
+        additive = getattr(cost_model, "additive", lambda w: True)(workload)
+        bound = max(cheap, solver_bound) if additive else cheap
         self.last_report = IlpReport(name, solver.objective_value / model.scale, bound, size)
-        return SearchResult(tables, bound)
+        return SearchResult(tables, bound, "ilp", name, solver_bound_ms=solver_bound, variables=size)
 
 
 class _Model:
@@ -115,15 +133,23 @@ class _Model:
         self.cp = cp
         load = [[] for _ in range(world)]  # (int cost, literal) terms per rank
         memory = [[] for _ in range(world)]
+        ddr = [[] for _ in range(topo.num_hosts)]
+        # Pinned (row-wise, data-parallel, table-row-wise) load per rank, for symmetry classes.
+        pinned = [[] for _ in range(world)]
         self.choose: dict[tuple[str, int], cp_model.IntVar] = {}
         # Placement literals by (table, candidate, piece) -> {rank: literal}, and host literals by
         # (table, candidate) -> {host: literal}, so reading a piece's rank is a lookup, not a scan.
         self.place: dict[tuple[str, int, int], dict[int, cp_model.IntVar]] = {}
         self.host: dict[tuple[str, int], dict[int, cp_model.IntVar]] = {}
 
-        def charge(rank, cost, literal):
+        def charge(rank, cost, literal, pin=None):
             load[rank].append((int(round(cost.total_ms * self.scale)), literal))
             memory[rank].append((cost.hbm_bytes, literal))
+            if cost.ddr_bytes:
+                ddr[rank // local].append((cost.ddr_bytes, literal))
+            if pin is not None:
+                pinned[rank].append((pin, int(round(cost.total_ms * self.scale)), cost.hbm_bytes,
+                                     cost.ddr_bytes))
 
         for name, cands in candidates.items():
             chosen = []
@@ -134,7 +160,7 @@ class _Model:
                 pcosts = costs[name][c]
                 if cand.placement == "fixed":
                     for rank, cost in enumerate(pcosts):
-                        charge(rank, cost, x)
+                        charge(rank, cost, x, pin=(name, c))
                     continue
                 hosts = range(topo.num_hosts) if cand.placement == "host" else [None]
                 host_vars = {}
@@ -147,7 +173,8 @@ class _Model:
                 for p, cost in enumerate(pcosts):
                     if cand.placement == "host" and cand.sharding_type == "table_row_wise":
                         for h, hv in host_vars.items():
-                            charge(h * local + p, cost, hv)  # piece p on the host's p-th rank
+                            # piece p on the host's p-th rank
+                            charge(h * local + p, cost, hv, pin=(name, c, h))
                         continue
                     for h in hosts:
                         ranks = range(world) if h is None else range(h * local, (h + 1) * local)
@@ -159,18 +186,85 @@ class _Model:
                             charge(rank, cost, y)
                         # Each piece of a chosen cut sits on exactly one rank (of its host).
                         cp.add(sum(ys) == (x if h is None else host_vars[h]))
+                if cand.placement != "fixed" and len(cand.pieces) > 1:
+                    # Pieces of one cut on distinct ranks: two on one rank are one bigger piece.
+                    for rank in range(world):
+                        lits = [self.place[name, c, p][rank] for p in range(len(cand.pieces))
+                                if rank in self.place.get((name, c, p), {})]
+                        if len(lits) > 1:
+                            cp.add_at_most_one(lits)
             # Exactly one cut per table.
             cp.add_exactly_one(chosen)
+        self._break_symmetry(workload, costs, pinned)
         # Memory: what a rank holds stays within its cap.
         for rank in range(world):
             if memory[rank]:
                 cp.add(sum(b * lit for b, lit in memory[rank]) <= topo.hbm_cap)
+        if topo.ddr_cap is not None:
+            for host_terms in ddr:
+                if host_terms:
+                    cp.add(sum(b * lit for b, lit in host_terms) <= topo.ddr_cap)
         # The bottleneck bounds every rank's load; minimising it balances the ranks.
         self.bottleneck = cp.new_int_var(0, 2 * COST_RESOLUTION, "bottleneck")
         for rank in range(world):
             if load[rank]:
                 cp.add(sum(w * lit for w, lit in load[rank]) <= self.bottleneck)
         cp.minimize(self.bottleneck)
+
+    def _break_symmetry(self, workload: Workload, costs, pinned) -> None:
+        """Among interchangeable ranks, the k-th table's first piece uses only the first k+1."""
+        topo = workload.topology
+        local = topo.ranks_per_host
+        classes: dict[tuple, list[int]] = {}
+        for rank in range(topo.world_size):
+            signature = (rank // local, tuple(sorted(pinned[rank], key=repr)))
+            classes.setdefault(signature, []).append(rank)
+        self.classes = [ranks for ranks in classes.values() if len(ranks) > 1]
+        self.order = self._table_order(costs)
+        for ranks in self.classes:
+            for j, name in enumerate(self.order[: len(ranks) - 1]):
+                for c, cand in enumerate(self.candidates[name]):
+                    slots = self.place.get((name, c, 0))
+                    if not slots:
+                        continue  # pinned or host-ordered pieces: no choice to restrict
+                    for rank in ranks[j + 1:]:
+                        if rank in slots:
+                            self.cp.add(slots[rank] == 0)
+
+    def _table_order(self, costs) -> list[str]:
+        """Tables heaviest first (their cheapest cut), the order symmetry breaking relabels by."""
+        weight = {
+            name: min(sum(p.total_ms for p in pieces) for pieces in per) for name, per in costs.items()
+        }
+        return sorted(weight, key=lambda n: (-weight[n], n))
+
+    def canonical(self, tables: tuple[TablePlan, ...]) -> tuple[TablePlan, ...]:
+        """The same plan with interchangeable ranks relabelled to meet the symmetry constraints."""
+        by_name = {tp.name: tp for tp in tables}
+        mapping: dict[int, int] = {}
+        for ranks in self.classes:
+            members = set(ranks)
+            labels: dict[int, int] = {}
+            for name in self.order:
+                tp = by_name.get(name)
+                if tp is None or not _free_first_piece(self.workload, tp):
+                    continue
+                rank = tp.shards[0].rank
+                if rank in members and rank not in labels:
+                    labels[rank] = ranks[len(labels)]
+            rest = iter(r for r in ranks if r not in labels.values())
+            for rank in ranks:
+                mapping[rank] = labels[rank] if rank in labels else next(rest)
+        if not mapping:
+            return tables
+        out = []
+        for tp in tables:
+            if not _free_first_piece(self.workload, tp):
+                out.append(tp)
+                continue
+            shards = tuple(replace(s, rank=mapping.get(s.rank, s.rank)) for s in tp.shards)
+            out.append(replace(tp, shards=shards))
+        return tuple(out)
 
     def hint(self, tables: tuple[TablePlan, ...]) -> None:
         """Start from a known plan: its candidate per table and its ranks."""
@@ -180,6 +274,8 @@ class _Model:
             match = next(
                 (c for c, cand in enumerate(cands)
                  if cand.sharding_type == tp.sharding_type
+                 and (cand.compute_kernel, cand.cache_load_factor)
+                 == (tp.compute_kernel, tp.cache_load_factor)
                  and [(p.row_offset, p.col_offset, p.rows, p.cols) for p in cand.pieces]
                  == [(*s.offsets, *s.sizes) for s in tp.shards]),
                 None,
@@ -219,5 +315,13 @@ class _Model:
                 for r, pc in zip(ranks, cand.pieces)
             )
             out.append(TablePlan(name=table.name, sharding_type=cand.sharding_type, shards=shards,
-                                 compute_kernel=cand.compute_kernel))
+                                 compute_kernel=cand.compute_kernel,
+                                 cache_load_factor=cand.cache_load_factor))
         return tuple(out)
+
+
+def _free_first_piece(workload: Workload, tp: TablePlan) -> bool:
+    """Whether the table's pieces were placed by choice (not pinned to ranks by their kind)."""
+    if tp.sharding_type in ("table_wise", "column_wise", "table_column_wise"):
+        return True
+    return tp.sharding_type == "row_wise" and len(tp.shards) < workload.topology.world_size

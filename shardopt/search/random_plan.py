@@ -53,7 +53,10 @@ def _try_random(workload: Workload, candidates, rng) -> tuple[TablePlan, ...] | 
         host_ranks = list(range(host * topo.ranks_per_host, (host + 1) * topo.ranks_per_host))
         shards = []
         for i, piece in enumerate(cand.pieces):
-            need = shard_memory(workload.optimizer, table, piece.rows, piece.cols, cand.compute_kernel).hbm_bytes
+            need = shard_memory(
+                workload.optimizer, table, piece.rows, piece.cols, cand.compute_kernel,
+                cand.cache_load_factor,
+            ).hbm_bytes
             if cand.placement == "fixed":
                 rank = i
             elif cand.placement == "host" and cand.sharding_type == "table_row_wise":
@@ -70,5 +73,6 @@ def _try_random(workload: Workload, candidates, rng) -> tuple[TablePlan, ...] | 
             shards.append(Shard(rank=rank, offsets=(piece.row_offset, piece.col_offset),
                                 sizes=(piece.rows, piece.cols)))
         out.append(TablePlan(name=table.name, sharding_type=cand.sharding_type, shards=tuple(shards),
-                             compute_kernel=cand.compute_kernel))
+                             compute_kernel=cand.compute_kernel,
+                             cache_load_factor=cand.cache_load_factor))
     return tuple(out)

@@ -1,0 +1,111 @@
+"""Candidates from the research: row-wise subsets, data-parallel small tables, RecShard tiers."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardopt.access import row_buckets
+from shardopt.memory import shard_bytes
+from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_candidates
+from shardopt.workload import workload_from_dict
+
+
+def _workload(tables, device="cuda", world=8, cap="1GB", batch=256):
+    return workload_from_dict({
+        "version": 1, "name": "c", "batch_size": batch,
+        "topology": {"world_size": world, "hbm_cap": cap, "compute_device": device},
+        "tables": tables,
+    })
+
+
+def test_small_tables_may_be_replicated_and_big_ones_not():
+    wl = _workload([
+        {"name": "small", "num_embeddings": 500, "embedding_dim": 64},
+        {"name": "big", "num_embeddings": 500_000, "embedding_dim": 64},
+    ])
+    kinds = {t.name: {c.sharding_type for c in table_candidates(wl, t)} for t in wl.tables}
+    assert "data_parallel" in kinds["small"]  # 500 rows <= the 2048-sample global batch
+    assert "data_parallel" not in kinds["big"]
+    dp = next(c for c in table_candidates(wl, wl.tables[0]) if c.sharding_type == "data_parallel")
+    assert dp.placement == "fixed" and len(dp.pieces) == 8
+
+
+def test_row_wise_subsets_for_tables_too_big_for_a_rank_share():
+    wl = _workload([{"name": "huge", "num_embeddings": 2_000_000, "embedding_dim": 64}], cap="1GB")
+    assert shard_bytes("rowwise_adagrad", wl.tables[0], 2_000_000, 64) > 1e9 / 4
+    cands = table_candidates(wl, wl.tables[0])
+    subsets = [c for c in cands if c.sharding_type == "row_wise" and c.placement == "free"]
+    assert [len(c.pieces) for c in subsets] == [2, 4]
+    full = [c for c in cands if c.sharding_type == "row_wise" and c.placement == "fixed"]
+    assert len(full) == 1 and len(full[0].pieces) == 8
+    for cand in subsets:
+        assert sum(p.rows for p in cand.pieces) == 2_000_000
+
+
+def test_recshard_tiers_only_on_gpus_with_load_factors_from_the_access_cdf():
+    table = {"name": "skewed", "num_embeddings": 4_000_000, "embedding_dim": 128,
+             "access": {"distribution": "zipf", "alpha": 1.2}}
+    gpu = _workload([table], device="cuda", cap="8GB")
+    cpu = _workload([table], device="cpu", cap="8GB")
+    tiered = [c for c in table_candidates(gpu, gpu.tables[0]) if c.compute_kernel == "fused_uvm_caching"]
+    assert tiered and not [c for c in table_candidates(cpu, cpu.tables[0])
+                           if c.compute_kernel == "fused_uvm_caching"]
+    factors = cache_load_factors(gpu.tables[0])
+    assert [c.cache_load_factor for c in tiered] == factors
+    buckets = row_buckets(gpu.tables[0])
+    rows = gpu.tables[0].num_embeddings
+    for factor in factors:
+        # The cache holds the rows that draw one of the target shares of the lookups.
+        assert any(buckets.top_share(factor * rows) >= share - 1e-9 for share in HOT_SHARES)
+        assert 0 < factor <= 0.5
+
+
+def test_uniform_tables_get_no_tiers():
+    wl = _workload([{"name": "flat", "num_embeddings": 4_000_000, "embedding_dim": 128}], cap="8GB")
+    assert cache_load_factors(wl.tables[0]) == []  # 80% of lookups need 80% of rows: keep in HBM
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.5, 1.6), st.integers(100, 10**7), st.floats(0.01, 0.999))
+def test_rows_for_share_inverts_top_share(alpha, rows, share):
+    wl = _workload([{"name": "z", "num_embeddings": rows, "embedding_dim": 4,
+                     "access": {"distribution": "zipf", "alpha": alpha}}])
+    buckets = row_buckets(wl.tables[0])
+    k = buckets.rows_for_share(share)
+    assert 0 <= k <= rows + 1e-6
+    assert abs(buckets.top_share(k) - share) < 1e-6
+
+
+def _tiered_workload(ddr_cap):
+    tables = [{"name": f"t{i}", "num_embeddings": 1_000_000, "embedding_dim": 64, "pooling_factor": 8,
+               "access": {"distribution": "zipf", "alpha": 1.2}} for i in range(4)]
+    return workload_from_dict({
+        "version": 1, "name": "tiers", "batch_size": 512,
+        "topology": {"world_size": 2, "hbm_cap": "300MB", "ddr_cap": ddr_cap, "compute_device": "cuda"},
+        "tables": tables,
+    })
+
+
+def test_memory_bound_gpu_plan_uses_hot_cold_tiers_within_host_memory():
+    from shardopt.memory import plan_memory
+    from shardopt.plan_checks import check_plan
+    from shardopt.planner import plan_workload
+    from shardopt.search.ilp import IlpSearch
+
+    wl = _tiered_workload("600MB")  # 4 x 260 MB of tables on 2 x 300 MB of HBM
+    for search in (None, IlpSearch(time_limit_s=2)):
+        plan = plan_workload(wl, search=search)
+        assert check_plan(wl, plan).valid
+        tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
+        assert tiered and all(0 < t.cache_load_factor <= 0.5 for t in tiered)
+        _, ddr = plan_memory(wl, plan.tables)
+        assert max(ddr.values()) <= 600e6
+
+
+def test_host_memory_limit_makes_tiers_infeasible_with_a_clear_error():
+    import pytest
+
+    from shardopt.errors import ShardoptError
+    from shardopt.planner import plan_workload
+
+    with pytest.raises(ShardoptError, match="fits in memory"):
+        plan_workload(_tiered_workload("400MB"), source="tiers.yaml")
