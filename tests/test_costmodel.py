@@ -97,3 +97,16 @@ def test_every_profile_states_its_origin():
     for hw in hardware_profiles().values():
         assert hw.origin.strip() and hw.mem_bw_gbps > 0
         assert dataclasses.asdict(hw)["cache_bytes"] > 0
+
+
+def test_cpu_model_warns_when_this_machine_is_another_cpu(monkeypatch):
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.profile import dataset
+    from shardopt.workload import read_workload
+
+    from conftest import CONFIGS
+
+    workload, _ = read_workload(CONFIGS / "tiny.yaml")
+    monkeypatch.setattr(dataset, "cpu_fingerprint", lambda: "GenuineIntel/6/85/7 avx2")
+    _, warnings = resolve_cost_model("analytic", workload)
+    assert any("calibrated on CPU" in w and "GenuineIntel/6/85/7 avx2" in w for w in warnings)

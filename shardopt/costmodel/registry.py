@@ -56,8 +56,26 @@ def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[s
             f" {trained.get('cores', '?')} cores, torch {trained.get('torch', '?')}),"
             f" but the workload targets {hardware}"
         )
+    other_cpu = _other_cpu(meta["trained_on"], workload)
+    if other_cpu:
+        warnings.append(f"{path}: {other_cpu}")
     if spec == "analytic":
         return AnalyticCostModel(calibration=parts.calibration), warnings
     from shardopt.costmodel.learned_model import LearnedCostModel
 
     return LearnedCostModel(parts, device=workload.topology.compute_device), warnings
+
+
+def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
+    """A CPU model speaks for the CPU it was profiled on; say so when this machine differs."""
+    if workload.topology.compute_device != "cpu" or not trained_on.get("cpu_id"):
+        return None
+    from shardopt.profile.dataset import cpu_fingerprint
+
+    here = cpu_fingerprint()
+    if trained_on["cpu_id"] == here:
+        return None
+    return (
+        f"calibrated on CPU {trained_on['cpu_id']}, this machine is {here}; its kernel costs may"
+        " not hold here (shardopt profile --device cpu --preset full, then shardopt train)"
+    )

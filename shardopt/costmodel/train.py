@@ -19,7 +19,7 @@ from shardopt.hardware import Hardware, hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
 
 HELD_OUT = 0.15
-TRAINED_ON_FIELDS = ("device", "device_name", "cpu", "cores", "torch", "fbgemm_gpu", "backend", "preset")
+TRAINED_ON_FIELDS = ("device", "device_name", "cpu", "cpu_id", "cores", "torch", "fbgemm_gpu", "backend", "preset")
 
 
 def hardware_of(manifest: dict, source: str) -> str:
