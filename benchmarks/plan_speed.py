@@ -43,8 +43,9 @@ def main() -> None:
         f"Command: `python benchmarks/plan_speed.py --torchrec-cap {args.torchrec_cap:g} --time-limit"
         f" {args.time_limit:g}`, one run on this machine (2 cores).",
         "",
-        "| tables x ranks | shardopt s | search | shardopt ms | TorchRec s | TorchRec ms | cost model |",
-        "|---|---|---|---|---|---|---|",
+        "| tables x ranks | shardopt s | search | shardopt ms | gap to bound | TorchRec s | TorchRec ms"
+        " | cost model |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for tables, ranks in SIZES:
@@ -66,9 +67,11 @@ def main() -> None:
                 if theirs is not None else f"no plan ({reason})"
             )
             theirs_time = f"{theirs_s:.1f}" if theirs is not None else f"> {args.torchrec_cap:g}" if "cap" in (reason or "") else f"{theirs_s:.1f}"
+            info = ours.predicted.search
             lines.append(
-                f"| {tables} x {ranks} | {ours_s:.1f} | {search.last_report.status} |"
-                f" {ours.predicted.max_ms:.2f} | {theirs_time} | {theirs_ms} | {model.name} |"
+                f"| {tables} x {ranks} | {ours_s:.1f} | {info.algorithm}: {info.status} |"
+                f" {ours.predicted.max_ms:.2f} | {ours.predicted.gap:.1%} | {theirs_time} | {theirs_ms}"
+                f" | {model.name} |"
             )
             print(lines[-1], file=sys.stderr)
     out = ROOT / "benchmarks" / "results" / "plan_speed.md"

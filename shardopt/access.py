@@ -13,7 +13,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from shardopt.workload import HIST_BINS, HistogramAccess, Table, UniformAccess, ZipfAccess
+from shardopt.workload import (
+    HIST_BINS, BucketsAccess, HistogramAccess, Table, UniformAccess, ZipfAccess,
+)
 
 _ZIPF_EXACT_RANKS = 1024  # ranks summed exactly; beyond, log-spaced buckets
 _ZIPF_BUCKETS = 64
@@ -52,6 +54,19 @@ class RowBuckets:
         before_mass = float(cum_mass[idx - 1]) if idx else 0.0
         return before_rows + max(share - before_mass, 0.0) / float(self.probs[idx])
 
+    def split(self, k: float) -> tuple["RowBuckets", "RowBuckets"]:
+        """The ``k`` hottest rows and the rest, as two distributions (each normalised)."""
+        cum = np.cumsum(self.counts)
+        head_counts = np.minimum(self.counts, np.maximum(k - (cum - self.counts), 0.0))
+        tail_counts = self.counts - head_counts
+        parts = []
+        for counts in (head_counts, tail_counts):
+            keep = counts > 1e-9
+            probs = self.probs[keep]
+            mass = float(np.sum(counts[keep] * probs))
+            parts.append(RowBuckets(counts[keep], probs / mass))
+        return parts[0], parts[1]
+
     def expected_unique(self, lookups: float) -> float:
         """Expected distinct rows touched by ``lookups`` independent draws."""
         if lookups <= 0:
@@ -70,6 +85,11 @@ def row_buckets(table: Table) -> RowBuckets:
         return _zipf_buckets(n, access.alpha)
     if isinstance(access, HistogramAccess):
         return _histogram_buckets(n, access)
+    if isinstance(access, BucketsAccess):
+        counts = np.array(access.rows, dtype=np.float64)
+        counts *= n / counts.sum()  # the buckets cover exactly the table's rows
+        weights = np.array(access.weights, dtype=np.float64)
+        return RowBuckets(counts, weights / float(np.sum(counts * weights)))
     raise TypeError(f"unknown access distribution {access!r}")
 
 

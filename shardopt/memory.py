@@ -69,6 +69,9 @@ def plan_memory(
     workload: Workload, tables: Sequence[TablePlan]
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Device bytes per rank and host DDR bytes per host of a plan's shards (unknown tables skipped)."""
+    from shardopt.hotrows import expand
+
+    workload, tables = expand(workload, tables)
     by_name = {t.name: t for t in workload.tables}
     hbm: dict[int, int] = defaultdict(int)
     ddr: dict[int, int] = defaultdict(int)

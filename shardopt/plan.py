@@ -5,7 +5,8 @@ has one full-size shard per rank that holds it. Later format changes add fields 
 ``version``, keeping a reader for the old one.
 
 Version 2 adds a table's ``cache_load_factor`` (the share of its rows a ``fused_uvm_caching``
-kernel keeps in HBM: RecShard's hot tier) and the ``search`` block of ``predicted`` (which search,
+kernel keeps in HBM: RecShard's hot tier), its ``replicated_rows`` (FlexShard's hot rows kept on
+every rank) and the ``search`` block of ``predicted`` (which search,
 its solver status and bound; the gap is max_ms over lower_bound_ms). A version 1 file is read as version 2 without them.
 """
 
@@ -54,6 +55,9 @@ class TablePlan:
     compute_kernel: ComputeKernel = "fused"
     # HBM cache share of a fused_uvm_caching table; None means TorchRec's default (0.2).
     cache_load_factor: Optional[LoadFactor] = None
+    # FlexShard: the table's ids are remapped hottest first and rows [0, replicated_rows) live on
+    # every rank; the shards cover rows [replicated_rows, N). See shardopt/hotrows.py.
+    replicated_rows: Optional[PositiveInt] = None
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -177,10 +181,9 @@ def plan_from_dict(data: object, source: str = "<plan>") -> Plan:
 def _upgrade_v1(data: dict, source: str) -> dict:
     """A version 1 plan is a version 2 plan without the fields version 2 added."""
     for i, table in enumerate(data.get("tables") or []):
-        if isinstance(table, dict) and "cache_load_factor" in table:
-            raise ShardoptError(
-                f"{source}: tables[{i}].cache_load_factor: not a version 1 field (use version 2)"
-            )
+        for new in ("cache_load_factor", "replicated_rows"):
+            if isinstance(table, dict) and new in table:
+                raise ShardoptError(f"{source}: tables[{i}].{new}: not a version 1 field (use version 2)")
     predicted = data.get("predicted")
     if isinstance(predicted, dict) and "search" in predicted:
         raise ShardoptError(f"{source}: predicted.search: not a version 1 field (use version 2)")

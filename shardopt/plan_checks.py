@@ -80,6 +80,17 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
     if tp.cache_load_factor is not None and tp.compute_kernel != "fused_uvm_caching":
         out.append(f"{where}.cache_load_factor: only a fused_uvm_caching table has a cache,"
                    f" this one is {tp.compute_kernel}")
+    hot = tp.replicated_rows or 0
+    if hot:
+        if kind != "row_wise":
+            out.append(f"{where}.replicated_rows: hot rows are replicated beside a row_wise cut,"
+                       f" not {kind}")
+        if "data_parallel" not in table.allowed_sharding_types:
+            out.append(f"{where}.replicated_rows: replicating hot rows needs data_parallel in the"
+                       f" table's sharding_types {list(table.allowed_sharding_types)}")
+        if hot >= rows:
+            out.append(f"{where}.replicated_rows: {hot} is not below the table's {rows} rows")
+            return out
     in_bounds = []
     for j, shard in enumerate(tp.shards):
         at = f"{where}.shards[{j}]"
@@ -96,6 +107,8 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
         full_rows, full_cols = (r0, nr) == (0, rows), (c0, nc) == (0, cols)
         if kind in ("table_wise", "data_parallel") and not (full_rows and full_cols):
             out.append(f"{at}.sizes: a {kind} shard holds the whole table {rows} x {cols}")
+        elif hot and r0 < hot:
+            out.append(f"{at}.offsets: rows below {hot} are the replicated hot rows, not a shard's")
         elif kind in ROW_CUT and not full_cols:
             out.append(f"{at}.sizes: a {kind} shard holds all {cols} columns")
         elif kind in COL_CUT and not full_rows:
@@ -109,13 +122,19 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
         if len(set(ranks)) != len(ranks):
             out.append(f"{where}.shards: a data_parallel table lists a rank twice")
     elif len(in_bounds) == len(tp.shards):
-        out.extend(_coverage_violations(tp, rows, cols, where))
+        out.extend(_coverage_violations(tp, rows, cols, where, first_row=hot))
     return out
 
 
-def _coverage_violations(tp: TablePlan, rows: int, cols: int, where: str) -> list[str]:
-    """Each cell covered exactly once, checked on the grid the shard edges cut the table into."""
-    row_edges = np.unique([0, rows] + [s.offsets[0] + d for s in tp.shards for d in (0, s.sizes[0])])
+def _coverage_violations(
+    tp: TablePlan, rows: int, cols: int, where: str, first_row: int = 0
+) -> list[str]:
+    """Each cell covered exactly once, checked on the grid the shard edges cut the table into.
+
+    Rows below ``first_row`` (replicated hot rows) are held by every rank, not by the shards.
+    """
+    row_edges = np.unique([first_row, rows] + [s.offsets[0] + d for s in tp.shards for d in (0, s.sizes[0])])
+    row_edges = row_edges[row_edges >= first_row]
     col_edges = np.unique([0, cols] + [s.offsets[1] + d for s in tp.shards for d in (0, s.sizes[1])])
     counts = np.zeros((len(row_edges) - 1, len(col_edges) - 1), dtype=np.int64)
     for s in tp.shards:

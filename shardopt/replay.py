@@ -138,6 +138,13 @@ def replay_plan(
     """Measure every rank's fused kernels; ``progress`` is called with each finished rank."""
     import torch
 
+    from dataclasses import replace
+
+    from shardopt.hotrows import expand
+
+    # Hot-row tables run as a data-parallel hot table and a row-wise cold one (ids remapped).
+    workload, expanded = expand(workload, plan.tables)
+    plan = replace(plan, tables=expanded)
     backend = resolve_backend(backend)
     comm = comm or DeclaredBandwidthComm()
     if device == "cpu":

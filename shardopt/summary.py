@@ -60,6 +60,12 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             f"hot/cold tiers: {len(tiered)} tables cache hot rows in HBM"
             + (f" (load factors {', '.join(f'{f:g}' for f in factors)})" if factors else "")
         )
+    hot = [t for t in plan.tables if t.replicated_rows]
+    if hot:
+        lines.append(
+            f"hot rows: {len(hot)} tables replicate their hottest rows on every rank"
+            f" ({sum(t.replicated_rows for t in hot)} rows in all; ids remapped hottest first)"
+        )
     search = predicted.search if predicted else None
     if search:
         parts = [f"search: {search.algorithm}, status {search.status}"]

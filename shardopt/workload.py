@@ -94,8 +94,19 @@ class HistogramAccess:
     rows_touched: Optional[PositiveInt] = None
 
 
+@dataclass(frozen=True, config=STRICT)
+class BucketsAccess:
+    """Explicit popularity buckets, hottest first: ``rows[i]`` rows each drawn with weight
+    ``weights[i]`` per lookup (normalised over the table). shardopt describes the hot and cold
+    parts of a FlexShard split this way; a user may too."""
+
+    distribution: Literal["buckets"]
+    rows: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]
+    weights: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]
+
+
 Access = Annotated[
-    Union[UniformAccess, ZipfAccess, HistogramAccess], Field(discriminator="distribution")
+    Union[UniformAccess, ZipfAccess, HistogramAccess, BucketsAccess], Field(discriminator="distribution")
 ]
 
 

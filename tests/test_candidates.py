@@ -9,12 +9,12 @@ from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_can
 from shardopt.workload import workload_from_dict
 
 
-def _workload(tables, device="cuda", world=8, cap="1GB", batch=256):
-    return workload_from_dict({
-        "version": 1, "name": "c", "batch_size": batch,
-        "topology": {"world_size": world, "hbm_cap": cap, "compute_device": device},
-        "tables": tables,
-    })
+def _workload(tables, device="cuda", world=8, cap="1GB", batch=256, ddr=None):
+    topo = {"world_size": world, "hbm_cap": cap, "compute_device": device}
+    if ddr:
+        topo["ddr_cap"] = ddr
+    return workload_from_dict({"version": 1, "name": "c", "batch_size": batch, "topology": topo,
+                               "tables": tables})
 
 
 def test_small_tables_may_be_replicated_and_big_ones_not():
@@ -44,11 +44,14 @@ def test_row_wise_subsets_for_tables_too_big_for_a_rank_share():
 def test_recshard_tiers_only_on_gpus_with_load_factors_from_the_access_cdf():
     table = {"name": "skewed", "num_embeddings": 4_000_000, "embedding_dim": 128,
              "access": {"distribution": "zipf", "alpha": 1.2}}
-    gpu = _workload([table], device="cuda", cap="8GB")
+    gpu = _workload([table], device="cuda", cap="8GB", ddr="64GB")
     cpu = _workload([table], device="cpu", cap="8GB")
     tiered = [c for c in table_candidates(gpu, gpu.tables[0]) if c.compute_kernel == "fused_uvm_caching"]
-    assert tiered and not [c for c in table_candidates(cpu, cpu.tables[0])
-                           if c.compute_kernel == "fused_uvm_caching"]
+    no_ddr = _workload([table], device="cuda", cap="8GB")
+    assert tiered
+    for other in (cpu, no_ddr):  # no UVM tier on a CPU, nor without host memory declared
+        assert not [c for c in table_candidates(other, other.tables[0])
+                    if c.compute_kernel == "fused_uvm_caching"]
     factors = cache_load_factors(gpu.tables[0])
     assert [c.cache_load_factor for c in tiered] == factors
     buckets = row_buckets(gpu.tables[0])

@@ -86,3 +86,28 @@ def test_comm_curves_are_monotone_and_their_minorant_is_convex_and_below():
         vals = np.array([curves.convex_minorant(4, "even", x, sends) for x in lin])
         assert np.all(np.diff(vals, 2) >= -1e-9 * vals.max())  # convex on a uniform grid
     assert curves.convex_minorant(4, "even", 10, every_rank_sends=True) >= 700e-6 - 1e-12
+
+
+def test_lower_bound_holds_with_replicas_and_hot_rows_among_the_candidates():
+    from shardopt.search.candidates import table_candidates
+    from shardopt.workload import workload_from_dict
+
+    tables = [{"name": "big", "num_embeddings": 1_000_000, "embedding_dim": 64, "pooling_factor": 100,
+               "access": {"distribution": "zipf", "alpha": 1.2}}]
+    tables += [{"name": f"s{i}", "num_embeddings": 50_000, "embedding_dim": 64, "pooling_factor": 4}
+               for i in range(6)]
+    tables += [{"name": f"tiny{i}", "num_embeddings": 300, "embedding_dim": 32, "pooling_factor": 2}
+               for i in range(3)]
+    workload = workload_from_dict({"version": 1, "name": "mixed", "batch_size": 512,
+                                   "topology": {"world_size": 4, "hbm_cap": "2GB", "compute_device": "cpu"},
+                                   "tables": tables})
+    model, _ = resolve_cost_model("analytic", workload)
+    kinds = {c.label.split("x")[0] for t in workload.tables for c in table_candidates(workload, t)}
+    labels = [c.label for t in workload.tables for c in table_candidates(workload, t)]
+    assert "data_parallel" in kinds and any("+hot" in label for label in labels)
+    plan = plan_workload(workload, cost_model=model, search=IlpSearch(time_limit_s=2))
+    bound = plan.predicted.lower_bound_ms
+    assert check_plan(workload, plan).valid
+    for seed in range(20):
+        tables = RandomSearch(seed=seed).search(workload, model).tables
+        assert bound <= max(r.total_ms for r in model.breakdown(workload, tables)) + 1e-9

@@ -118,6 +118,10 @@ class AnalyticCostModel(CostModel):
         bwd = sent.pooled * a2a + host_local + 2 * (world - 1) / world * sent.allreduce * a2a
         return fwd, bwd
 
+    def comm_curves(self, workload: Workload) -> CommCurves | None:
+        """The measured all-to-all curves this model reads the workload's comm from, if any."""
+        return self._curves(workload)
+
     def _curves(self, workload: Workload) -> CommCurves | None:
         curves = self.calibration.comm_curves if self.calibration else None
         world = workload.topology.world_size
@@ -205,6 +209,9 @@ class AnalyticCostModel(CostModel):
 
     # -- a whole plan ----------------------------------------------------------------------------
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        from shardopt.hotrows import expand
+
+        workload, tables = expand(workload, tables)
         sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         memory: dict[int, int] = defaultdict(int)
         kinds: dict[int, set[str]] = defaultdict(set)

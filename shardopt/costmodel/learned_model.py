@@ -62,6 +62,9 @@ class LearnedCostModel(CostModel):
     def comm_floor_ms(self, workload: Workload, average, every_rank_sends: bool = False) -> float | None:
         return self._analytic.comm_floor_ms(workload, average, every_rank_sends)
 
+    def comm_curves(self, workload: Workload):
+        return self._analytic.comm_curves(workload)
+
     def additive(self, workload: Workload) -> bool:
         return False  # a rank's shards are priced together
 
@@ -80,6 +83,9 @@ class LearnedCostModel(CostModel):
         return kernels * empty + (fwd_latency + bwd_latency) * 1e3
 
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        from shardopt.hotrows import expand
+
+        workload, tables = expand(workload, tables)
         predictor = self._predictor(workload)
         per_rank = rank_kernels(workload, tables, self.device)
         kernels, owner = [], []

@@ -58,11 +58,7 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
         table = by_name[name]
         cands = candidates[name]
         compute += min(sum(p.fwd_compute_ms + p.bwd_compute_ms for p in pieces) for pieces in per_candidate)
-        sent = [
-            [comm_bytes(workload, c.sharding_type, p.rows, p.cols,
-                        shard_lookups(workload, table, c.sharding_type, p.rows)) for p in c.pieces]
-            for c in cands
-        ]
+        sent = [_piece_bytes(workload, table, c) for c in cands]
         # The least bytes any cut of this table sends, by collective (each a valid floor).
         traffic = traffic + CommBytes(
             ids=min(sum(b.ids for b in per) for per in sent),
@@ -79,4 +75,71 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
     # k = W. Without replicas, every busy rank sends, so its floor starts at the latency.
     replicas = any(c.sharding_type == "data_parallel" for per in candidates.values() for c in per)
     floor = cost_model.comm_floor_ms(workload, traffic.scaled(1 / world), every_rank_sends=not replicas)
-    return max(compute / world + kernel_overhead + floor, largest + kernel_overhead)
+    separate = compute / world + kernel_overhead + floor
+    joint = _joint_bound(workload, cost_model, candidates, piece_costs, by_name, not replicas)
+    return max(separate, joint + kernel_overhead, largest + kernel_overhead)
+
+
+# A rank's comm is g_even(ids) + 2 g_pooled(pooled) + 2 g_even(all-reduce share): weights per term.
+_TERMS = (("even", 1.0, True), ("pooled", 2.0, True), ("even", 2.0, False))
+
+
+def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_send) -> float:
+    """Compute and traffic of one cut per table, priced together through tangents of the curves.
+
+    With m_i the convex minorants, m_i(y) >= m_i(y0) + s_i (y - y0) for a tangent at y0, so the
+    ranks' mean cost is at least sum over tables of min over cuts of (compute + sum_i w_i s_i
+    bytes_i) / W plus a constant: separable, hence exact to minimise. A few tangent points are
+    tried (the least-bytes cuts', then the minimiser's own), and the best bound is kept.
+    """
+    curves = cost_model.comm_curves(workload)
+    world = workload.topology.world_size
+    rows = []  # per table: [(compute ms, (ids, pooled, all-reduce share) bytes), ...] per cut
+    for name, per_candidate in piece_costs.items():
+        table = by_name[name]
+        cuts = []
+        for cand, pieces in zip(candidates[name], per_candidate):
+            sent = _piece_bytes(workload, table, cand)
+            ids = sum(b.ids for b in sent)
+            pooled = sum(b.pooled + b.host_local for b in sent)
+            share = sum(b.allreduce for b in sent) * (world - 1) / world
+            compute = sum(p.fwd_compute_ms + p.bwd_compute_ms for p in pieces)
+            cuts.append((compute, (ids, pooled, share)))
+        rows.append(cuts)
+
+    def minorant(i: int, y: float) -> float:
+        pattern, _, sends = _TERMS[i]
+        return curves.convex_minorant(world, pattern, y, sends and busy_send) * 1e3
+
+    anchor = [sum(min(c[1][i] for c in cuts) for cuts in rows) / world for i in range(3)]
+    best = 0.0
+    for _ in range(4):
+        slopes, const = [], 0.0
+        for i, (_, weight, _) in enumerate(_TERMS):
+            y0 = max(anchor[i], 1.0)
+            slope = (minorant(i, y0 * 1.001) - minorant(i, y0)) / (0.001 * y0)
+            slopes.append(weight * slope)
+            const += weight * (minorant(i, y0) - slope * y0)
+        total, used = 0.0, [0.0, 0.0, 0.0]
+        for cuts in rows:
+            price, pick = min((c[0] + sum(s * b for s, b in zip(slopes, c[1])), c) for c in cuts)
+            total += price
+            used = [u + b for u, b in zip(used, pick[1])]
+        best = max(best, total / world + const)
+        anchor = [u / world for u in used]
+    return best
+
+
+def _piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:
+    """What each piece's rank sends for it (a hot-row cut: its cold rows plus the replica's share)."""
+    owner, extra = table, CommBytes()
+    if cand.replicated_rows:
+        from shardopt.hotrows import split_table
+
+        hot, owner = split_table(table, cand.replicated_rows)
+        extra = comm_bytes(workload, "data_parallel", hot.num_embeddings, table.embedding_dim, 0.0)
+    return [
+        comm_bytes(workload, cand.sharding_type, p.rows, p.cols,
+                   shard_lookups(workload, owner, cand.sharding_type, p.rows)) + extra
+        for p in cand.pieces
+    ]

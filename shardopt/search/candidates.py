@@ -9,7 +9,9 @@ Beyond TorchRec's kinds over all ranks, three come from the research:
   rank's partial-sum traffic);
 - data-parallel replicas of small hot tables (no all-to-all, a gradient all-reduce instead);
 - RecShard's hot/cold tiers: on GPUs, a ``fused_uvm_caching`` table whose HBM cache holds the rows
-  that draw 80/90/95/99% of its lookups, the load factor read off the table's access CDF.
+  that draw 80/90/95/99% of its lookups, the load factor read off the table's access CDF;
+- FlexShard's hot rows: the few rows that draw half (or 80%) of a skewed table's lookups
+  replicated on every rank, the rest row-wise (``shardopt/hotrows.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Candidate:
     placement: Placement
     compute_kernel: str = "fused"
     cache_load_factor: Optional[float] = None
+    replicated_rows: Optional[int] = None  # FlexShard: hot rows on every rank beside the pieces
 
     @property
     def label(self) -> str:
@@ -58,6 +61,8 @@ class Candidate:
         base = self.sharding_type if n == 1 else f"{self.sharding_type}x{n}"
         if self.compute_kernel == "fused_uvm_caching":
             base += f"@uvm{self.cache_load_factor:g}"
+        if self.replicated_rows:
+            base += f"+hot{self.replicated_rows}"
         return base
 
 
@@ -152,14 +157,36 @@ def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
                 out.append(Candidate(table.name, "row_wise", _row_pieces(table, k), "free"))
             k *= 2
         out.append(Candidate(table.name, "row_wise", _row_pieces(table, min(world, rows)), "fixed"))
+        if "data_parallel" in allowed and world > 1:
+            out += _hot_rows(workload, table)
     if "data_parallel" in allowed and not out:
         # Replicating a table on every rank is a candidate only when nothing else is allowed.
         out.append(Candidate(table.name, "data_parallel", whole * world, "fixed"))
     if "table_wise" in allowed:
         # A one-piece column or row cut is table-wise under another name.
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
-    if topo.compute_device == "cuda" and size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE:
+    # Tiers need host memory for the cold rows: only with a declared ddr_cap.
+    if topo.compute_device == "cuda" and topo.ddr_cap and size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE:
         out += _tiered(table, out)
+    return out
+
+
+def _hot_rows(workload: Workload, table: Table) -> list[Candidate]:
+    """FlexShard: replicate the hottest rows on every rank, row-wise shard the rest."""
+    from shardopt.hotrows import hot_row_counts
+
+    world = workload.topology.world_size
+    out = []
+    for hot in hot_row_counts(table):
+        cold = table.num_embeddings - hot
+        replica = shard_bytes(workload.optimizer, table, hot, table.embedding_dim)
+        if cold < world or replica > workload.topology.hbm_cap * DP_MAX_CAP_SHARE:
+            continue
+        pieces, offset = [], hot
+        for rows in split_evenly(cold, world):
+            pieces.append(Piece(offset, 0, rows, table.embedding_dim))
+            offset += rows
+        out.append(Candidate(table.name, "row_wise", tuple(pieces), "fixed", replicated_rows=hot))
     return out
 
 

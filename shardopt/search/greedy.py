@@ -47,14 +47,14 @@ class _Ranks:
     load_ms: list[float]
     free_bytes: list[int]
     kinds: list[Counter] = field(default_factory=list)
-    free_ddr: list[float] = field(default_factory=list)  # per host; inf without a ddr_cap
+    free_ddr: list[float] = field(default_factory=list)  # per host; none without a ddr_cap
     local: int = 1
 
     @classmethod
     def empty(cls, workload: Workload) -> "_Ranks":
         topo = workload.topology
         world = topo.world_size
-        ddr = float("inf") if topo.ddr_cap is None else float(topo.ddr_cap)
+        ddr = 0.0 if topo.ddr_cap is None else float(topo.ddr_cap)
         return cls([0.0] * world, [topo.hbm_cap] * world, [Counter() for _ in range(world)],
                    [ddr] * topo.num_hosts, topo.ranks_per_host)
 
@@ -136,7 +136,10 @@ class GreedySearch:
 
 
 def piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[ShardCost]:
+    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any)."""
     table = workload.table(cand.table)
+    if cand.replicated_rows:
+        return _hot_row_costs(workload, model, cand, table)
     by_shape: dict[tuple[int, int], ShardCost] = {}
     for p in cand.pieces:
         if (p.rows, p.cols) not in by_shape:
@@ -145,6 +148,22 @@ def piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[S
                 cand.cache_load_factor,
             )
     return [by_shape[p.rows, p.cols] for p in cand.pieces]
+
+
+def _hot_row_costs(workload, model, cand: Candidate, table) -> list[ShardCost]:
+    from shardopt.hotrows import split_table
+
+    hot, cold = split_table(table, cand.replicated_rows)
+    replica = model.shard_cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)
+    out = []
+    for p in cand.pieces:
+        c = model.shard_cost(workload, cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel)
+        out.append(ShardCost(
+            c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
+            c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
+            c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
+        ))
+    return out
 
 
 def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms: float) -> int:
@@ -183,6 +202,8 @@ def _place(
             if not ranks.room(rank, cost):
                 raise _Unplaceable(name, cost.hbm_bytes, rank, ranks.free_bytes[rank])
             add(rank, cand.sharding_type, cost)
+            if cand.replicated_rows:
+                ranks.kinds[rank]["data_parallel"] += 1  # the hot replica is a kernel of its own
         assigned[name] = list(range(len(pcosts)))
 
     # Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank.
@@ -311,6 +332,7 @@ def _table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
         sharding_type=cand.sharding_type,
         compute_kernel=cand.compute_kernel,
         cache_load_factor=cand.cache_load_factor,
+        replicated_rows=cand.replicated_rows,
         shards=shards,
     )
 

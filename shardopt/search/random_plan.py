@@ -57,6 +57,8 @@ def _try_random(workload: Workload, candidates, rng) -> tuple[TablePlan, ...] | 
                 workload.optimizer, table, piece.rows, piece.cols, cand.compute_kernel,
                 cand.cache_load_factor,
             ).hbm_bytes
+            if cand.replicated_rows:
+                need += shard_memory(workload.optimizer, table, cand.replicated_rows, piece.cols).hbm_bytes
             if cand.placement == "fixed":
                 rank = i
             elif cand.placement == "host" and cand.sharding_type == "table_row_wise":
@@ -74,5 +76,6 @@ def _try_random(workload: Workload, candidates, rng) -> tuple[TablePlan, ...] | 
                                 sizes=(piece.rows, piece.cols)))
         out.append(TablePlan(name=table.name, sharding_type=cand.sharding_type, shards=tuple(shards),
                              compute_kernel=cand.compute_kernel,
-                             cache_load_factor=cand.cache_load_factor))
+                             cache_load_factor=cand.cache_load_factor,
+                             replicated_rows=cand.replicated_rows))
     return tuple(out)

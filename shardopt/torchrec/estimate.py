@@ -20,6 +20,9 @@ NAME = "torchrec-estimator"
 
 
 def torchrec_breakdown(workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+    from shardopt.hotrows import expand
+
+    workload, tables = expand(workload, tables)
     from torchrec.distributed.planner.constants import BIGINT_DTYPE
     from torchrec.distributed.planner.estimator.estimator import get_embedding_perf_sharding_evaluator
     from torchrec.distributed.planner.estimator.types import HardwarePerfConfig, ShardPerfContext
