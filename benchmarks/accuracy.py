@@ -52,6 +52,7 @@ def main() -> None:
     from shardopt.costmodel.registry import embedded_model_path
     from shardopt.costmodel.store import load_model
     from shardopt.planner import plan_workload
+    from shardopt.search.greedy import GreedySearch
     from shardopt.profile.dataset import ProfileDataset
     from shardopt.replay import ProfiledComm, replay_plan
     from shardopt.search.random_plan import RandomSearch
@@ -77,7 +78,7 @@ def main() -> None:
     rows = []  # one per rank: measured compute and each model's
     plans = []  # one per plan: measured bottleneck and each model's
     for w_index, workload in enumerate(held_out_workloads(args.workloads, args.seed)):
-        candidates = [("greedy", plan_workload(workload))]
+        candidates = [("greedy", plan_workload(workload, search=GreedySearch()))]
         candidates += [
             (f"random{j}", plan_workload(workload, search=RandomSearch(seed=1000 * w_index + j)))
             for j in range(args.plans)

@@ -53,15 +53,20 @@ class AnalyticCostModel(CostModel):
         self._hardware = hardware
         self.calibration = calibration
         self._slope_cache: tuple[Workload, tuple[float, float] | None] | None = None
+        self._coef_cache: tuple[Hardware, tuple[np.ndarray, np.ndarray]] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def hardware(self, workload: Workload) -> Hardware:
         return self._hardware or hardware_for(workload.topology)
 
     def _coefficients(self, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
-        if self.calibration is not None:
-            return np.array(self.calibration.fwd), np.array(self.calibration.bwd)
-        return hardware_coefficients(hw)
+        if self._coef_cache is None or self._coef_cache[0] is not hw:
+            if self.calibration is not None:
+                coef = np.array(self.calibration.fwd), np.array(self.calibration.bwd)
+            else:
+                coef = hardware_coefficients(hw)
+            self._coef_cache = (hw, coef)
+        return self._coef_cache[1]
 
     # -- one shard -------------------------------------------------------------------------------
     def shard_cost(

@@ -86,12 +86,15 @@ class GreedySearch:
         self.targets = tuple(targets)
         self.repair_s = repair_s
 
-    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
-        costs = {
-            t.name: [piece_costs(workload, cost_model, c) for c in candidates[t.name]]
-            for t in workload.tables
-        }
+    def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None) -> SearchResult:
+        """``candidates`` and their ``costs`` may be passed in when the caller has them already."""
+        if candidates is None:
+            candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+        if costs is None:
+            costs = {
+                t.name: [piece_costs(workload, cost_model, c) for c in candidates[t.name]]
+                for t in workload.tables
+            }
         bound = balance_lower_bound(workload, cost_model, candidates, costs)
         average = sum(
             min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()
@@ -155,15 +158,17 @@ def _hot_row_costs(workload, model, cand: Candidate, table) -> list[ShardCost]:
 
     hot, cold = split_table(table, cand.replicated_rows)
     replica = model.shard_cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)
-    out = []
+    by_shape: dict[tuple[int, int], ShardCost] = {}
     for p in cand.pieces:
+        if (p.rows, p.cols) in by_shape:
+            continue
         c = model.shard_cost(workload, cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel)
-        out.append(ShardCost(
+        by_shape[p.rows, p.cols] = ShardCost(
             c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
             c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
             c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
-        ))
-    return out
+        )
+    return [by_shape[p.rows, p.cols] for p in cand.pieces]
 
 
 def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms: float) -> int:

@@ -67,14 +67,18 @@ class IlpSearch:
                         deadline=started + self.time_limit_s)
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        greedy = GreedySearch(repair_s=0).search(workload, cost_model)
+        candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+        costs = {
+            name: [piece_costs(workload, cost_model, c) for c in cands]
+            for name, cands in candidates.items()
+        }
+        greedy = GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs)
         greedy_ms = max(r.total_ms for r in cost_model.breakdown(workload, greedy.tables))
         if greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
             # Within a hair of the bound already: no solver time can buy more than the gap.
             status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
             self.last_report = IlpReport(status, greedy_ms, greedy.lower_bound_ms, 0)
             return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status)
-        candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
         world = workload.topology.world_size
         size = sum(
             len(c.pieces) * (world if c.placement != "fixed" else 1)
@@ -85,10 +89,6 @@ class IlpSearch:
             status = f"SKIPPED (over {self.max_variables} placements; greedy)"
             self.last_report = IlpReport(status, float("nan"), greedy.lower_bound_ms, size)
             return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status, variables=size)
-        costs = {
-            name: [piece_costs(workload, cost_model, c) for c in cands]
-            for name, cands in candidates.items()
-        }
         cheap = greedy.lower_bound_ms  # the balance bound over these same candidates and costs
         # Replicas (data-parallel tables, hot rows) add an all-reduce every rank pays once.
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
