@@ -66,6 +66,11 @@ def sample_ids(table: Table, count: int, rng: np.random.Generator) -> np.ndarray
 
 
 def sample_bags(table: Table, batch: int, rng: np.random.Generator) -> Bags:
-    """One batch: Poisson bag sizes around the pooling factor, ids from the access distribution."""
-    lengths = rng.poisson(table.pooling_factor, size=batch).astype(np.int64)
+    """One batch: Poisson bag sizes around the pooling factor, ids from the access distribution.
+
+    A table read by several features gets one bag per feature per sample (sample-major), the
+    pooling factor shared among them, as TorchRec's KeyedJaggedTensor feeds it.
+    """
+    per_sample = len(table.features)
+    lengths = rng.poisson(table.pooling_factor / per_sample, size=batch * per_sample).astype(np.int64)
     return Bags(sample_ids(table, int(lengths.sum()), rng), lengths)

@@ -77,6 +77,9 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
         )
     if tp.compute_kernel in UVM_KERNELS and topo.compute_device == "cpu":
         out.append(f"{where}.compute_kernel: {tp.compute_kernel} needs a cuda compute_device")
+    if table.compute_kernels is not None and tp.compute_kernel not in table.compute_kernels:
+        out.append(f"{where}.compute_kernel: {tp.compute_kernel} is not in the table's"
+                   f" compute_kernels {list(table.compute_kernels)}")
     if tp.cache_load_factor is not None and tp.compute_kernel != "fused_uvm_caching":
         out.append(f"{where}.cache_load_factor: only a fused_uvm_caching table has a cache,"
                    f" this one is {tp.compute_kernel}")

@@ -116,7 +116,8 @@ def _rank_bags(
         for placed in members:
             bags = batches[placed.table.name]
             if placed.sharding_type == "data_parallel":
-                bags = bags.samples(rank * batch, batch)
+                per_sample = len(placed.table.features)  # bags are sample-major, a bag per feature
+                bags = bags.samples(rank * batch * per_sample, batch * per_sample)
             elif (placed.row_offset, placed.rows) != (0, placed.table.num_embeddings):
                 bags = bags.rows(placed.row_offset, placed.rows)
             out[key].append((KernelSpec(placed.rows, placed.cols), bags))

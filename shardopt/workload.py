@@ -122,6 +122,8 @@ class Table:
     feature_names: Optional[tuple[Name, ...]] = None
     access: Access = UniformAccess()
     sharding_types: Optional[tuple[ShardingType, ...]] = None
+    # Optional allow-list of TorchRec compute kernels (as ParameterConstraints.compute_kernels).
+    compute_kernels: Optional[tuple[Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"], ...]] = None
 
     @property
     def features(self) -> tuple[str, ...]:

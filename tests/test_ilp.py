@@ -146,3 +146,15 @@ def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
     solver.parameters.fix_variables_to_their_hinted_value = True
     solver.parameters.max_time_in_seconds = 10
     assert solver.solve(m.cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+
+def test_forced_replica_on_tiny_tables_is_not_called_infeasible():
+    """The all-reduce latency of a replica can be thousands of times a tiny table's cost."""
+    workload = workload_from_dict({
+        "version": 1, "name": "tiny-dp", "batch_size": 8,
+        "topology": {"world_size": 4, "hbm_cap": "1GB", "compute_device": "cpu"},
+        "tables": [{"name": "dp", "num_embeddings": 50, "embedding_dim": 8, "sharding_types": ["data_parallel"]},
+                   {"name": "tw", "num_embeddings": 400, "embedding_dim": 16}],
+    })
+    plan = plan_workload(workload, search=IlpSearch(time_limit_s=2, good_enough_gap=0.0))
+    assert check_plan(workload, plan).valid

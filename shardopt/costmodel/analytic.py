@@ -87,7 +87,9 @@ class AnalyticCostModel(CostModel):
             cache_load_factor=cache_load_factor,
         )
         fwd_coef, bwd_coef = self._coefficients(hw)
-        fwd_comm_s, bwd_comm_s = self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups)
+        fwd_comm_s, bwd_comm_s = self._comm_seconds(
+            workload, hw, sharding_type, rows, cols, lookups, len(table.features)
+        )
         memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel, cache_load_factor)
         return ShardCost(
             fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3,
@@ -98,13 +100,13 @@ class AnalyticCostModel(CostModel):
             ddr_bytes=memory.ddr_bytes,
         )
 
-    def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups):
+    def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups, features=1):
         """Seconds this shard's rank spends in the all-to-alls, from its bytes and the links."""
         topo = workload.topology
         world, local = topo.world_size, topo.ranks_per_host
         if world == 1:
             return 0.0, 0.0
-        sent = comm_bytes(workload, sharding_type, rows, cols, lookups)
+        sent = comm_bytes(workload, sharding_type, rows, cols, lookups, features)
         slopes = self._curve_slopes(workload)
         if slopes is not None:
             even, pooled_slope = slopes
@@ -149,7 +151,7 @@ class AnalyticCostModel(CostModel):
             for table in workload.tables:
                 lookups = shard_lookups(workload, table, "table_wise", table.num_embeddings)
                 total = total + comm_bytes(workload, "table_wise", table.num_embeddings,
-                                           table.embedding_dim, lookups)
+                                           table.embedding_dim, lookups, len(table.features))
             slopes = tuple(
                 _secant(curves, world, pattern, max(volume / world, 1.0))
                 for pattern, volume in (("even", total.ids), ("pooled", total.pooled))
@@ -306,8 +308,9 @@ class CommBytes:
 
 
 def comm_bytes(
-    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float
+    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float, features: int = 1
 ) -> CommBytes:
+    """What one shard sends; each of a table's features pools (and sends) a vector of its own."""
     topo = workload.topology
     world, local = topo.world_size, topo.ranks_per_host
     if world == 1:
@@ -320,12 +323,12 @@ def comm_bytes(
         # Reduce-scatter of partial sums inside the host, then the host's slice goes out.
         return CommBytes(
             ids=ids,
-            pooled=batch * (world - local) * cols * OUTPUT_BYTES / local,
-            host_local=batch * world * cols * OUTPUT_BYTES * (local - 1) / local,
+            pooled=batch * (world - local) * cols * OUTPUT_BYTES * features / local,
+            host_local=batch * world * cols * OUTPUT_BYTES * features * (local - 1) / local,
         )
     # table/column-wise send pooled rows to the other ranks' samples; row-wise sends partial
     # sums in a reduce-scatter of the same size. Gradients come back the same way.
-    return CommBytes(ids=ids, pooled=batch * (world - 1) * cols * OUTPUT_BYTES)
+    return CommBytes(ids=ids, pooled=batch * (world - 1) * cols * OUTPUT_BYTES * features)
 
 
 def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
@@ -344,7 +347,7 @@ def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[Com
         for shard in tp.shards:
             rows, cols = shard.sizes
             lookups = shard_lookups(workload, table, tp.sharding_type, rows)
-            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups)
+            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups, len(table.features))
             acc = sums[shard.rank]
             acc[0] += b.ids
             acc[1] += b.pooled

@@ -97,7 +97,7 @@ def shard_terms(
         hit_bytes=lookups * row_bytes * hit,
         accum_bytes=lookups * cols * OUTPUT_BYTES,  # summing each looked-up row into its bag
         uvm_miss_bytes=miss_bytes * (1 - in_memory),
-        out_bytes=samples * cols * OUTPUT_BYTES,
+        out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),  # a pooled row per feature
         miss_bytes_far=miss_bytes * in_memory * far,
     )
     fwd["miss_bytes_half" if half else f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
@@ -106,7 +106,7 @@ def shard_terms(
         table=1.0,
         lookup=2 * lookups,
         index_bytes=2 * lookups * INDEX_BYTES,
-        out_bytes=samples * cols * OUTPUT_BYTES,
+        out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),
         accum_bytes=lookups * cols * OUTPUT_BYTES,
         uvm_update_bytes=update_bytes * (1 - in_memory),
         update_bytes_far=update_bytes * in_memory * far,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from shardopt.access import row_buckets
+from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.memory import shard_bytes
 from shardopt.workload import Table, Workload
 
@@ -33,6 +34,14 @@ SUBSET_MIN_CAP_SHARE = 1 / 4  # row-wise subsets for tables at least this share 
 DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this share
 
 Placement = Literal["free", "host", "fixed"]
+# "torchrec": only cuts TorchRec's sharders can run (no row-wise subsets, no hot-row replicas;
+# on CPU only data-parallel, table-, column- and table-column-wise). "all": every candidate.
+CandidateSet = Literal["all", "torchrec"]
+TORCHREC_TYPES = {
+    "cpu": ("data_parallel", "table_wise", "column_wise", "table_column_wise"),
+    "cuda": ("data_parallel", "table_wise", "column_wise", "table_column_wise", "row_wise",
+             "table_row_wise"),
+}
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ def cache_load_factors(table: Table) -> list[float]:
     return out
 
 
-def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
+def table_candidates(workload: Workload, table: Table, which: CandidateSet = "all") -> list[Candidate]:
     """Candidates ordered from least to most split, of the table's allowed sharding types only.
 
     Every allowed type yields at least one candidate, so an allow-list is always honoured: a table
@@ -122,6 +131,16 @@ def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
     world, local = topo.world_size, topo.ranks_per_host
     rows = table.num_embeddings
     allowed = set(table.allowed_sharding_types)
+    research = which == "all"
+    if not research:
+        allowed &= set(TORCHREC_TYPES[topo.compute_device])
+        if not allowed:
+            raise ShardoptError(
+                f"table {table.name!r}: none of its sharding_types {list(table.allowed_sharding_types)}"
+                f" runs in TorchRec on {topo.compute_device} (TorchRec allows"
+                f" {', '.join(TORCHREC_TYPES[topo.compute_device])})",
+                kind=ErrorKind.INFEASIBLE,
+            )
     whole = (Piece(0, 0, rows, table.embedding_dim),)
     size = shard_bytes(workload.optimizer, table, rows, table.embedding_dim)
     out: list[Candidate] = []
@@ -133,7 +152,7 @@ def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
         and rows <= workload.batch_size * world  # its all-reduce is no bigger than its all-to-all
         and size <= topo.hbm_cap * DP_MAX_CAP_SHARE
     ):
-        out.append(Candidate(table.name, "data_parallel", whole * world, "fixed"))
+        out.append(Candidate(table.name, "data_parallel", whole * world, "fixed", "dense"))
     # Column-wise on any ranks dominates the same cut held to one host; offer the latter only alone.
     cw_splits = []
     if "column_wise" in allowed:
@@ -152,22 +171,31 @@ def table_candidates(workload: Workload, table: Table) -> list[Candidate]:
         # Row-wise over a subset: for tables too big for one rank's share, or too narrow to be
         # cut as finely by columns.
         k = 2
-        while k < world and k <= rows:
+        while research and k < world and k <= rows:
             if size >= topo.hbm_cap * SUBSET_MIN_CAP_SHARE or k > max(cw_splits, default=1):
                 out.append(Candidate(table.name, "row_wise", _row_pieces(table, k), "free"))
             k *= 2
         out.append(Candidate(table.name, "row_wise", _row_pieces(table, min(world, rows)), "fixed"))
-        if "data_parallel" in allowed and world > 1:
+        if research and "data_parallel" in allowed and world > 1:
             out += _hot_rows(workload, table)
     if "data_parallel" in allowed and not out:
         # Replicating a table on every rank is a candidate only when nothing else is allowed.
-        out.append(Candidate(table.name, "data_parallel", whole * world, "fixed"))
+        out.append(Candidate(table.name, "data_parallel", whole * world, "fixed", "dense"))
     if "table_wise" in allowed:
         # A one-piece column or row cut is table-wise under another name.
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
     # Tiers need host memory for the cold rows: only with a declared ddr_cap.
     if topo.compute_device == "cuda" and topo.ddr_cap and size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE:
         out += _tiered(table, out)
+    if table.compute_kernels is not None:
+        kept = [c for c in out if c.compute_kernel in table.compute_kernels]
+        if not kept:
+            raise ShardoptError(
+                f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
+                f" {list(table.compute_kernels)} (shardopt plans fused, fused_uvm_caching, and dense"
+                " for data_parallel)", kind=ErrorKind.INFEASIBLE,
+            )
+        out = kept
     return out
 
 

@@ -82,14 +82,17 @@ class GreedySearch:
 
     name = "greedy"
 
-    def __init__(self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0) -> None:
+    def __init__(
+        self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0, candidates: str = "all"
+    ) -> None:
         self.targets = tuple(targets)
         self.repair_s = repair_s
+        self.candidate_set = candidates
 
     def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None) -> SearchResult:
         """``candidates`` and their ``costs`` may be passed in when the caller has them already."""
         if candidates is None:
-            candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+            candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
         if costs is None:
             costs = {
                 t.name: [piece_costs(workload, cost_model, c) for c in candidates[t.name]]

@@ -53,7 +53,9 @@ class IlpSearch:
         max_variables: int = 400_000,
         workers: int | None = None,
         good_enough_gap: float = 0.01,
+        candidates: str = "all",
     ):
+        self.candidate_set = candidates
         self.time_limit_s = time_limit_s
         self.good_enough_gap = good_enough_gap
         self.max_variables = max_variables
@@ -67,7 +69,7 @@ class IlpSearch:
                         deadline=started + self.time_limit_s)
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        candidates = {t.name: table_candidates(workload, t) for t in workload.tables}
+        candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
         costs = {
             name: [piece_costs(workload, cost_model, c) for c in cands]
             for name, cands in candidates.items()
@@ -135,7 +137,8 @@ class _Model:
         self.candidates = candidates
         world, local = topo.world_size, topo.ranks_per_host
         biggest = sum(max(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values())
-        self.scale = COST_RESOLUTION / max(biggest, 1e-9)
+        # The replicas' all-reduce counts too: it can dwarf tiny tables' costs.
+        self.scale = COST_RESOLUTION / max(biggest + replica_ms, 1e-9)
         cp = cp_model.CpModel()
         self.cp = cp
         load = [[] for _ in range(world)]  # (int cost, literal) terms per rank

@@ -8,15 +8,12 @@ shardopt Plan, so every shardopt tool (validate, evaluate, replay) can judge the
 from __future__ import annotations
 
 from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Shard, TablePlan, WorkloadRef
+from shardopt.plan import Plan
+from shardopt.search.candidates import TORCHREC_TYPES
+from shardopt.torchrec.module import torchrec_topology
+from shardopt.torchrec.sharding_plan import from_sharding_plan
 from shardopt.workload import Workload
 
-# What TorchRec's EmbeddingBagCollectionSharder accepts on each device.
-TORCHREC_TYPES = {
-    "cpu": ("data_parallel", "table_wise", "column_wise", "table_column_wise"),
-    "cuda": ("data_parallel", "table_wise", "column_wise", "table_column_wise", "row_wise",
-             "table_row_wise"),
-}
 DATA_TYPES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
 
 
@@ -39,20 +36,6 @@ def build_module(workload: Workload):
     return EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
 
 
-def torchrec_topology(workload: Workload):
-    from torchrec.distributed.planner.types import Topology
-
-    topo = workload.topology
-    # On CPU, TorchRec keeps embeddings in DDR; the workload's per-rank cap is that memory.
-    caps = {"hbm_cap": topo.hbm_cap} if topo.compute_device == "cuda" else {"ddr_cap": topo.hbm_cap}
-    return Topology(
-        world_size=topo.world_size,
-        compute_device=topo.compute_device,
-        local_world_size=topo.ranks_per_host,
-        **caps,
-    )
-
-
 def torchrec_constraints(workload: Workload) -> dict:
     from torchrec.distributed.planner.types import ParameterConstraints
 
@@ -62,37 +45,12 @@ def torchrec_constraints(workload: Workload) -> dict:
         kinds = [k for k in t.allowed_sharding_types if k in supported]
         out[t.name] = ParameterConstraints(
             sharding_types=kinds or None,
-            pooling_factors=[t.pooling_factor] * len(t.features),
+            # The workload's pooling factor is a sample's ids over all the table's features.
+            pooling_factors=[t.pooling_factor / len(t.features)] * len(t.features),
+            compute_kernels=list(t.compute_kernels) if t.compute_kernels else None,
             batch_sizes=[workload.batch_size] * len(t.features),
         )
     return out
-
-
-def from_sharding_plan(workload: Workload, sharding_plan, sha256: str | None = None) -> Plan:
-    """A TorchRec ShardingPlan for the workload's module as a shardopt Plan."""
-    module_plan = next(iter(sharding_plan.plan.values()))
-    tables = []
-    for table in workload.tables:
-        ps = module_plan[table.name]
-        kind = ps.sharding_type
-        if kind == "data_parallel":
-            ranks = ps.ranks or list(range(workload.topology.world_size))
-            shards = tuple(
-                Shard(rank=r, offsets=(0, 0), sizes=(table.num_embeddings, table.embedding_dim))
-                for r in ranks
-            )
-        else:
-            shards = tuple(
-                Shard(rank=int(m.placement.rank()), offsets=tuple(m.shard_offsets), sizes=tuple(m.shard_sizes))
-                for m in ps.sharding_spec.shards
-            )
-        tables.append(TablePlan(name=table.name, sharding_type=kind, shards=shards,
-                                compute_kernel=ps.compute_kernel))
-    return Plan(
-        format=PLAN_FORMAT, version=PLAN_VERSION,
-        workload=WorkloadRef(name=workload.name, sha256=sha256),
-        world_size=workload.topology.world_size, tables=tuple(tables),
-    )
 
 
 def torchrec_plan(workload: Workload, sha256: str | None = None) -> Plan:
@@ -112,3 +70,13 @@ def torchrec_plan(workload: Workload, sha256: str | None = None) -> Plan:
         first = str(exc).strip().splitlines()[0]
         raise ShardoptError(f"TorchRec's planner found no plan: {first}", kind=ErrorKind.INFEASIBLE) from None
     return from_sharding_plan(workload, sharding_plan, sha256)
+
+
+def module_from_workload(workload: Workload, device: str = "meta"):
+    """The workload as TorchRec objects: (EmbeddingBagCollection, constraints, Topology)."""
+    import torch
+
+    ebc = build_module(workload)
+    if device != "meta":
+        ebc = ebc.to_empty(device=torch.device(device))
+    return ebc, torchrec_constraints(workload), torchrec_topology(workload)

@@ -1,0 +1,150 @@
+"""A TorchRec model as a shardopt workload: its tables, TorchRec's Topology, constraints, batch.
+
+Every EmbeddingBagCollection in the model (nested anywhere) contributes its tables. What shardopt
+cannot model is refused with one line rather than planned wrongly: sequence embeddings
+(EmbeddingCollection), feature processors, dimensions FBGEMM's TBE refuses, data types it has no
+kernel for. ``Origin`` remembers which module and table each workload table came from, so a plan
+goes back to TorchRec under the right module paths.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+from shardopt.errors import ShardoptError
+from shardopt.workload import Workload, workload_from_dict
+
+logger = logging.getLogger(__name__)
+
+DATA_TYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
+# ParameterConstraints fields shardopt honours; others set by the user are reported as ignored.
+HONOURED = {"sharding_types", "compute_kernels", "pooling_factors", "feature_names", "batch_sizes"}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a workload table lives in the model."""
+
+    module_path: str  # "" for the root module, as TorchRec keys its ShardingPlan
+    table: str
+
+
+def _module_types():
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+    from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+
+    return EmbeddingBagCollection, EmbeddingCollection, FeatureProcessedEmbeddingBagCollection
+
+
+def workload_from_module(
+    module,
+    topology,
+    batch_size: int,
+    constraints: Optional[dict] = None,
+    sharders: Optional[list] = None,
+    name: str = "torchrec-model",
+) -> tuple[Workload, dict[str, Origin]]:
+    """The model's pooled embedding tables as a workload, and each table's origin."""
+    ebc_type, ec_type, fp_type = _module_types()
+    constraints = constraints or {}
+    sharded_types = None if sharders is None else tuple(s.module_type for s in sharders)
+    found: list[tuple[str, object]] = []
+    skip_under: list[str] = []
+    for path, child in module.named_modules():
+        if any(path == p or path.startswith(p + ".") for p in skip_under):
+            continue
+        if isinstance(child, fp_type):
+            raise ShardoptError(
+                f"module {path or '(root)'}: FeatureProcessedEmbeddingBagCollection: shardopt does not"
+                " model feature processors; plan this model with TorchRec's EmbeddingShardingPlanner"
+            )
+        if isinstance(child, ec_type):
+            raise ShardoptError(
+                f"module {path or '(root)'}: EmbeddingCollection: shardopt models pooled"
+                " (EmbeddingBagCollection) lookups only, not sequence embeddings"
+            )
+        if isinstance(child, ebc_type):
+            skip_under.append(path)
+            if sharded_types is None or any(isinstance(child, t) for t in sharded_types):
+                found.append((path, child))
+    tables, origins, seen = [], {}, {}
+    for path, ebc in found:
+        for config in ebc.embedding_bag_configs():
+            seen.setdefault(config.name, []).append(path)
+    for path, ebc in found:
+        for config in ebc.embedding_bag_configs():
+            table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
+            origins[table_name] = Origin(path, config.name)
+            tables.append(_table(config, table_name, constraints.get(config.name), path))
+    topo = _topology(topology)
+    data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
+    if not tables:
+        raise ShardoptError("the model holds no EmbeddingBagCollection tables that a sharder shards")
+    return workload_from_dict(data), origins
+
+
+def _table(config, table_name: str, constraint, path: str) -> dict:
+    where = f"table {config.name!r} (module {path or '(root)'})"
+    if config.embedding_dim % 4:
+        raise ShardoptError(
+            f"{where}: embedding_dim {config.embedding_dim} is not a multiple of 4, which FBGEMM's"
+            " table-batched embedding kernels require"
+        )
+    dtype = DATA_TYPES.get(config.data_type.name)
+    if dtype is None:
+        raise ShardoptError(f"{where}: data_type {config.data_type.name} has no FBGEMM training kernel")
+    features = list(config.feature_names) or [config.name]
+    table = {
+        "name": table_name, "num_embeddings": int(config.num_embeddings),
+        "embedding_dim": int(config.embedding_dim), "data_type": dtype, "feature_names": features,
+        # TorchRec's default pooling factor is 1.0 per feature; a sample looks the table up once per feature.
+        "pooling_factor": float(len(features)),
+    }
+    if constraint is not None:
+        if constraint.pooling_factors:
+            table["pooling_factor"] = float(sum(constraint.pooling_factors))
+        if constraint.sharding_types:
+            table["sharding_types"] = list(constraint.sharding_types)
+        if constraint.compute_kernels:
+            table["compute_kernels"] = list(constraint.compute_kernels)
+        ignored = [
+            field for field, value in vars(constraint).items()
+            if field not in HONOURED and value not in (None, False, [], ())
+            and field not in ("is_weighted", "num_poolings", "use_virtual_table")
+        ]
+        if ignored:
+            logger.warning("shardopt ignores ParameterConstraints %s of %s", ", ".join(ignored), where)
+    if table["pooling_factor"] <= 0:
+        raise ShardoptError(f"{where}: pooling_factors must add up to more than 0")
+    return table
+
+
+def _topology(topology) -> dict:
+    """TorchRec's Topology (per-device storage) as the workload's topology."""
+    device = topology.compute_device
+    if device not in ("cuda", "cpu"):
+        raise ShardoptError(f"topology.compute_device: shardopt plans cuda or cpu, got {device!r}")
+    storage = topology.devices[0].storage
+    local = topology.local_world_size
+    out = {"world_size": topology.world_size, "local_world_size": local, "compute_device": device}
+    if device == "cuda":
+        out["hbm_cap"] = int(storage.hbm)
+        if storage.ddr:
+            out["ddr_cap"] = int(storage.ddr) * local
+    else:
+        out["hbm_cap"] = int(storage.ddr)  # on CPU the tables live in the rank's DRAM
+    return out
+
+
+def torchrec_topology(workload: Workload):
+    """The workload's topology as TorchRec's Topology (the reverse of :func:`_topology`)."""
+    from torchrec.distributed.planner.types import Topology
+
+    topo = workload.topology
+    caps = {"hbm_cap": topo.hbm_cap} if topo.compute_device == "cuda" else {"ddr_cap": topo.hbm_cap}
+    if topo.compute_device == "cuda" and topo.ddr_cap:
+        caps["ddr_cap"] = topo.ddr_cap // topo.ranks_per_host
+    return Topology(world_size=topo.world_size, compute_device=topo.compute_device,
+                    local_world_size=topo.ranks_per_host, **caps)

@@ -1,0 +1,170 @@
+"""shardopt inside TorchRec: a drop-in ShardingPlanner and a ShardEstimator with shardopt's costs.
+
+    planner = ShardoptPlanner(topology=topology, batch_size=512, constraints=constraints)
+    plan = planner.collective_plan(model, sharders, pg)          # as with EmbeddingShardingPlanner
+    model = DistributedModelParallel(model, plan=plan, ...)
+
+The planner reads the model's EmbeddingBagCollection tables, TorchRec's Topology, the
+ParameterConstraints that shape a plan (sharding_types, compute_kernels, pooling_factors) and the
+batch size into a shardopt workload, plans it with the CP-SAT search restricted to cuts TorchRec runs,
+and returns the ShardingPlan. The estimator lets TorchRec's own planner use shardopt's cost model.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional
+
+from torchrec.distributed.planner.types import (
+    ParameterConstraints, Perf, ShardEstimator, ShardingOption, Storage, Topology,
+)
+from torchrec.distributed.types import ShardingPlan, ShardingPlanner
+
+from shardopt.plan import Plan
+from shardopt.torchrec.module import Origin, workload_from_module
+from shardopt.torchrec.sharding_plan import to_sharding_plan
+from shardopt.workload import Workload
+
+logger = logging.getLogger(__name__)
+
+
+class ShardoptPlanner(ShardingPlanner):
+    """TorchRec's ShardingPlanner, planned by shardopt (``last_plan`` keeps shardopt's own Plan)."""
+
+    def __init__(
+        self,
+        topology: Optional[Topology] = None,
+        batch_size: Optional[int] = None,
+        constraints: Optional[Dict[str, ParameterConstraints]] = None,
+        *,
+        cost_model: str = "analytic",
+        time_limit_s: float = 5.0,
+        search: str = "ilp",
+        **torchrec_options,
+    ) -> None:
+        if torchrec_options:
+            # EmbeddingShardingPlanner's enumerator/proposer/partitioner/... have no role here.
+            logger.warning("ShardoptPlanner ignores %s", ", ".join(sorted(torchrec_options)))
+        self.topology = topology
+        self.batch_size = batch_size
+        self.constraints = constraints
+        self.cost_model = cost_model
+        self.time_limit_s = time_limit_s
+        self.search = search
+        self.last_plan: Optional[Plan] = None
+        self.last_workload: Optional[Workload] = None
+        self.last_origins: Optional[dict[str, Origin]] = None
+
+    def _topology(self) -> Topology:
+        if self.topology is not None:
+            return self.topology
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise ValueError("ShardoptPlanner needs a topology, or an initialised process group to build one")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return Topology(world_size=dist.get_world_size(), compute_device=device)
+
+    def plan(self, module, sharders) -> ShardingPlan:
+        """Plan on this process alone."""
+        from shardopt.costmodel.registry import resolve_cost_model
+        from shardopt.planner import plan_workload
+        from shardopt.search.greedy import GreedySearch
+        from shardopt.search.ilp import IlpSearch
+
+        from torchrec.distributed.planner.constants import BATCH_SIZE
+
+        workload, origins = workload_from_module(
+            module, self._topology(), self.batch_size or BATCH_SIZE, self.constraints, sharders
+        )
+        model, warnings = resolve_cost_model(self.cost_model, workload)
+        for warning in warnings:
+            logger.warning(warning)
+        if self.search == "ilp":
+            search = IlpSearch(time_limit_s=self.time_limit_s, candidates="torchrec")
+        else:
+            search = GreedySearch(candidates="torchrec")
+        plan = plan_workload(workload, cost_model=model, search=search, source="model")
+        self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
+        return to_sharding_plan(plan, workload, origins)
+
+    def collective_plan(self, module, sharders, pg=None) -> ShardingPlan:
+        """Plan on rank 0 of ``pg`` and broadcast, so every rank shards the same way."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return self.plan(module, sharders)
+        pg = pg if pg is not None else dist.group.WORLD
+        box: List[Optional[ShardingPlan]] = [None]
+        if dist.get_rank(pg) == 0:
+            box[0] = self.plan(module, sharders)
+        dist.broadcast_object_list(box, src=dist.get_global_rank(pg, 0), group=pg)
+        return box[0]
+
+
+class ShardoptEstimator(ShardEstimator):
+    """Fills each TorchRec ShardingOption's shards with shardopt's Perf and Storage.
+
+    Pass it to TorchRec's enumerator to keep TorchRec's search with shardopt's costs (milliseconds
+    and bytes, as TorchRec counts): ``EmbeddingShardingPlanner(topology=t, batch_size=b,
+    enumerator=EmbeddingEnumerator(topology=t, batch_size=b, estimator=ShardoptEstimator(t)))``.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        constraints: Optional[Dict[str, ParameterConstraints]] = None,
+        *,
+        batch_size: Optional[int] = None,
+        cost_model: str = "analytic",
+    ) -> None:
+        self.topology = topology
+        self.constraints = constraints or {}
+        self.batch_size = batch_size
+        self.cost_model = cost_model
+
+    def estimate(self, sharding_options: List[ShardingOption], sharder_data_map=None) -> None:
+        from shardopt.costmodel.registry import resolve_cost_model
+
+        workload = self._workload(sharding_options)
+        model, _ = resolve_cost_model(self.cost_model, workload)
+        for option in sharding_options:
+            table = workload.table(option.name)
+            kernel = option.compute_kernel if option.compute_kernel in (
+                "fused", "fused_uvm", "fused_uvm_caching", "dense") else "fused"
+            for shard in option.shards:
+                rows, cols = shard.size
+                cost = model.shard_cost(
+                    workload, table, option.sharding_type, rows, cols, kernel, option.cache_load_factor,
+                )
+                shard.perf = Perf(fwd_compute=cost.fwd_compute_ms, fwd_comms=cost.fwd_comm_ms,
+                                  bwd_compute=cost.bwd_compute_ms, bwd_comms=cost.bwd_comm_ms)
+                shard.storage = Storage(
+                    hbm=cost.hbm_bytes if self.topology.compute_device == "cuda" else 0,
+                    ddr=cost.ddr_bytes if self.topology.compute_device == "cuda" else cost.hbm_bytes,
+                )
+
+    def _workload(self, options: List[ShardingOption]) -> Workload:
+        from shardopt.torchrec.module import DATA_TYPES, _topology
+        from shardopt.workload import workload_from_dict
+
+        tables, seen = [], set()
+        batch = self.batch_size
+        for option in options:
+            if option.name in seen:
+                continue
+            seen.add(option.name)
+            rows, dim = option.tensor.shape
+            dtype = DATA_TYPES.get(str(option.tensor.dtype).replace("torch.float32", "FP32")
+                                   .replace("torch.float16", "FP16").replace("torch.bfloat16", "BF16")
+                                   .replace("torch.int8", "INT8"), "fp32")
+            tables.append({
+                "name": option.name, "num_embeddings": int(rows), "embedding_dim": int(dim),
+                "pooling_factor": float(sum(option.input_lengths)) or 1.0, "data_type": dtype,
+            })
+            batch = batch or option.batch_size
+        return workload_from_dict({
+            "version": 1, "name": "torchrec-options", "batch_size": int(batch),
+            "topology": _topology(self.topology), "tables": tables,
+        })
