@@ -446,14 +446,16 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
         from shardopt.replay import ProfiledComm, replay_plan
 
         comm = None
+        label = str(comm_profile)
         if comm_profile is None and wl.topology.compute_device == "cpu":
             from importlib import resources
 
             comm_profile = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
+            label = "the packaged CPU profile"
         if comm_profile is not None:
             from shardopt.profile.dataset import ProfileDataset
 
-            comm = ProfiledComm(list(ProfileDataset(comm_profile).records("a2a")), str(comm_profile))
+            comm = ProfiledComm(list(ProfileDataset(comm_profile).records("a2a")), label)
         runs = {"shardopt": [], "torchrec": []}
         for i in range(rounds):
             order = ("shardopt", "torchrec") if i % 2 == 0 else ("torchrec", "shardopt")
