@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 DATA_TYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
 # ParameterConstraints fields shardopt honours; others set by the user are reported as ignored.
-HONOURED = {"sharding_types", "compute_kernels", "pooling_factors", "feature_names", "batch_sizes"}
+HONOURED = {"sharding_types", "compute_kernels", "pooling_factors", "feature_names"}
 
 
 @dataclass(frozen=True)
