@@ -14,7 +14,7 @@ WORKLOAD ?= configs/dlrm-medium.yaml
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH) $(FBGEMM)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[cpu,torchrec,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[cpu,torchrec,test,bench]'
 	# torchrec's metadata pins the CUDA fbgemm-gpu; its real needs are the [torchrec] extra.
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(TORCHREC)
 	touch $(STAMP)

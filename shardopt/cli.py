@@ -474,3 +474,106 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
                   f" (medians of {rounds} interleaved rounds; comm: {comm.name if comm else 'declared bandwidths'})")
     lines.append(ratio)
     click.echo("\n".join(lines))
+
+
+@main.command()
+@click.option("--suite", type=click.Choice(["unit", "ci", "full"]), default="ci", show_default=True)
+@click.option("--planners", default=None,
+              help="Comma-separated planners [default: all for full; shardopt and the baselines for ci].")
+@click.option("--rounds", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Interleaved replay rounds (0: predicted only, as the CI gate runs).")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
+@click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Baseline to gate against: exit 1 with a table when a task regresses.")
+@click.option("--update", is_flag=True, help="Rewrite the --check baseline with this run.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for report.md, plots and results.json.")
+@_user_errors
+def bench(suite: str, planners: str | None, rounds: int, time_limit: float, check_file: Path | None,
+          update: bool, output: Path | None) -> None:
+    """Run planners side by side on a benchmark suite; report, and gate against a baseline."""
+    import json
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    from shardopt.bench.suite import PLANNERS, entries_to_json, run_suite
+    from shardopt.bench.tasks import suite_tasks
+
+    if update and check_file is None:
+        raise ShardoptError("--update: needs --check FILE, the baseline to rewrite")
+    chosen = tuple(planners.split(",")) if planners else (
+        PLANNERS if suite == "full" else ("shardopt", "size-greedy", "lookup-greedy"))
+    unknown = [p for p in chosen if p not in PLANNERS]
+    if unknown:
+        raise ShardoptError(f"--planners: unknown {', '.join(unknown)}; known: {', '.join(PLANNERS)}")
+    tasks = suite_tasks(suite)
+    started = time.perf_counter()
+    entries, plans = run_suite(tasks, chosen, rounds=rounds, time_limit_s=time_limit,
+                               progress=lambda m: click.echo(m, err=True))
+    click.echo(f"{len(tasks)} tasks x {len(chosen)} planners in {time.perf_counter() - started:.0f} s", err=True)
+    if output is not None:
+        from shardopt.bench.report import write_report
+        from shardopt.fileio import write_atomic
+
+        output.mkdir(parents=True, exist_ok=True)
+        write_atomic(output / "results.json", json.dumps(entries_to_json(entries), indent=1) + "\n")
+        path = write_report(entries, plans, tasks, output, _command_line())
+        click.echo(f"wrote {path}")
+    if check_file is not None:
+        from shardopt.bench.gate import check, read_baseline, write_baseline
+
+        if update:
+            write_baseline(check_file, entries, suite)
+            click.echo(f"wrote the baseline {check_file}")
+            return
+        ok, table = check(entries, read_baseline(check_file))
+        click.echo(table)
+        if not ok:
+            click.echo(f"plan-quality gate FAILED against {check_file}", err=True)
+            sys.exit(1)
+        click.echo(f"plan-quality gate passed against {check_file}")
+
+
+@main.command()
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--workload", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Score the plan with the default model for this workload (needed when the plan"
+              " has no prediction).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="PNG to write.")
+@_user_errors
+def report(plan_file: Path, workload: Path | None, output: Path) -> None:
+    """Draw PLAN's per-rank stacked cost bars (compute and communication, forward and backward)."""
+    import os as _os
+    import tempfile
+
+    from shardopt.bench.report import plan_bars_png
+    from shardopt.plan import read_plan
+
+    plan_obj = read_plan(plan_file)
+    if workload is not None:
+        from shardopt.costmodel.registry import resolve_cost_model
+        from shardopt.plan_checks import check_plan
+        from shardopt.workload import read_workload
+
+        wl, sha = read_workload(workload)
+        checked = check_plan(wl, plan_obj, sha)
+        if not checked.valid:
+            raise ShardoptError(f"{plan_file}: does not fit {workload}: {checked.violations[0]}")
+        model, _ = resolve_cost_model("analytic", wl)
+        per_rank, label = model.breakdown(wl, plan_obj.tables), model.name
+    elif plan_obj.predicted is not None:
+        per_rank, label = plan_obj.predicted.per_rank, plan_obj.predicted.cost_model
+    else:
+        raise ShardoptError(f"{plan_file}: predicted: the plan holds no prediction; pass --workload")
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=output.parent if str(output.parent) else ".")
+    _os.close(fd)
+    try:
+        plan_bars_png(per_rank, f"{plan_obj.workload.name}: per-rank cost ({label})", Path(tmp))
+        _os.replace(tmp, output)
+    finally:
+        if _os.path.exists(tmp):
+            _os.unlink(tmp)
+    click.echo(f"wrote {output}")

@@ -1,0 +1,77 @@
+"""The CI gate: shardopt's predicted bottleneck per task against a committed baseline.
+
+Deterministic by construction: fixed task seeds, the pinned packaged cost model, and a search whose
+limits are counted in solver work and re-scores rather than seconds. A task fails when its plan is
+invalid, when planning fails, or when the bottleneck grows by more than the tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from shardopt.bench.suite import Entry
+from shardopt.errors import ShardoptError
+from shardopt.fileio import write_atomic
+
+BASELINE_FORMAT = "shardopt-bench-baseline"
+TOLERANCE = 0.02
+
+
+def baseline_data(entries: list[Entry], suite: str, planner: str = "shardopt") -> dict:
+    from shardopt import __version__
+
+    return {
+        "format": BASELINE_FORMAT, "version": 1, "suite": suite, "planner": planner,
+        "shardopt": __version__, "tolerance": TOLERANCE,
+        "tasks": {e.task: round(e.predicted_ms, 6) for e in entries
+                  if e.planner == planner and e.valid and e.predicted_ms is not None},
+    }
+
+
+def write_baseline(path: Path, entries: list[Entry], suite: str) -> None:
+    write_atomic(path, json.dumps(baseline_data(entries, suite), indent=1) + "\n")
+
+
+def read_baseline(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ShardoptError(f"{path}: cannot read the baseline: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise ShardoptError(f"{path}: format: must be {BASELINE_FORMAT!r}")
+    if not isinstance(data.get("tasks"), dict):
+        raise ShardoptError(f"{path}: tasks: must be a mapping of task to milliseconds")
+    return data
+
+
+def check(entries: list[Entry], baseline: dict, planner: str = "shardopt") -> tuple[bool, str]:
+    """(passed, a readable table of every task: baseline, now, change, verdict)."""
+    tolerance = float(baseline.get("tolerance", TOLERANCE))
+    now = {e.task: e for e in entries if e.planner == planner}
+    lines = [f"{'task':<12} {'baseline ms':>12} {'now ms':>12} {'change':>8}  verdict"]
+    ok = True
+    for task in sorted(set(baseline["tasks"]) | set(now)):
+        old = baseline["tasks"].get(task)
+        entry = now.get(task)
+        if entry is None:
+            verdict, new, change = "MISSING (not run)", None, None
+        elif not entry.valid or entry.predicted_ms is None:
+            verdict, new, change = f"FAIL: no valid plan ({entry.note or 'invalid'})", None, None
+        else:
+            new = entry.predicted_ms
+            change = None if old is None else new / old - 1
+            if old is None:
+                verdict = "new task (not in the baseline)"
+            elif change > tolerance:
+                verdict = f"FAIL: worse by more than {tolerance:.0%}"
+            elif change < -tolerance:
+                verdict = "better (update the baseline to keep it)"
+            else:
+                verdict = "ok"
+        if verdict.startswith(("FAIL", "MISSING")):
+            ok = False
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        lines.append(f"{task:<12} {fmt(old):>12} {fmt(new):>12} "
+                     f"{'-' if change is None else f'{change:+.1%}':>8}  {verdict}")
+    return ok, "\n".join(lines)

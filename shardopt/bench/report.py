@@ -1,0 +1,144 @@
+"""The benchmark report people read: a Markdown table per task and planner, aggregates against
+TorchRec, and PNG plots (per-rank stacked cost bars, the distribution of ratios to TorchRec)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from shardopt.bench.suite import Entry
+from shardopt.plan import RankBreakdown
+
+PARTS = (("fwd_compute_ms", "forward compute"), ("bwd_compute_ms", "backward compute"),
+         ("fwd_comm_ms", "forward comm"), ("bwd_comm_ms", "backward comm"))
+
+
+def draw_rank_bars(ax, per_rank: Sequence[RankBreakdown], title: str) -> None:
+    """Stacked per-rank bars of one plan's cost parts, the bottleneck marked."""
+    bottom = [0.0] * len(per_rank)
+    ranks = [r.rank for r in per_rank]
+    for attr, label in PARTS:
+        values = [getattr(r, attr) for r in per_rank]
+        ax.bar(ranks, values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    worst = max(range(len(per_rank)), key=lambda i: (bottom[i], -i))
+    ax.annotate("bottleneck", (ranks[worst], bottom[worst]), ha="center", va="bottom", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("ms per iteration")
+    ax.set_xticks(ranks)
+
+
+def plan_bars_png(per_rank: Sequence[RankBreakdown], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(per_rank) + 2), 3.5))
+    draw_rank_bars(ax, per_rank, title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _ratios(entries: list[Entry], metric: str) -> dict[str, list[float]]:
+    by_task = {}
+    for e in entries:
+        by_task.setdefault(e.task, {})[e.planner] = e
+    out: dict[str, list[float]] = {}
+    for planners in by_task.values():
+        ref = planners.get("torchrec")
+        base = getattr(ref, metric) if ref and ref.valid else None
+        if not base:
+            continue
+        for name, e in planners.items():
+            value = getattr(e, metric) if e.valid else None
+            if value is not None and name != "torchrec":
+                out.setdefault(name, []).append(value / base)
+    return out
+
+
+def aggregates(entries: list[Entry], metric: str = "replayed_ms") -> list[tuple[str, int, float, float, float]]:
+    """(planner, tasks, mean ratio to TorchRec, geometric mean, win rate) per planner."""
+    rows = []
+    for name, ratios in _ratios(entries, metric).items():
+        geo = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        rows.append((name, len(ratios), statistics.fmean(ratios), geo, sum(r < 1 for r in ratios) / len(ratios)))
+    return sorted(rows, key=lambda r: r[2])
+
+
+def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, command: str) -> Path:
+    """Markdown report plus PNGs into ``out_dir``; returns the report's path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metric = "replayed_ms" if any(e.replayed_ms is not None for e in entries) else "predicted_ms"
+    lines = ["# Plan-quality benchmark", "", f"Command: `{command}`", ""]
+    lines += [f"Tasks: {len(tasks)} ({', '.join(sorted({t.source.split(',')[0] for t in tasks})[:3])} ...);"
+              f" planners: {', '.join(sorted({e.planner for e in entries}))}. Ratios are to TorchRec's plan"
+              f" on the same task, by {'replayed (measured)' if metric == 'replayed_ms' else 'predicted'}"
+              " bottleneck; tasks where TorchRec found no plan are left out of the ratios.", ""]
+    lines += ["## Aggregates", "", "| planner | tasks | mean ratio to TorchRec | geometric mean | win rate |",
+              "|---|---|---|---|---|"]
+    for name, n, mean, geo, win in aggregates(entries, metric):
+        lines.append(f"| {name} | {n} | {mean:.3f} | {geo:.3f} | {win:.0%} |")
+    ratios = _ratios(entries, metric)
+    if ratios:
+        lines += ["", "![ratio to TorchRec](ratios.png)", ""]
+        _ratio_plot(ratios, metric, out_dir / "ratios.png")
+    else:
+        lines += ["", "(No TorchRec plans in this run: no ratios.)", ""]
+    # Per-rank bars of one task for every planner (the first task every planner planned).
+    shown = next((t for t in tasks if all((t.name, e.planner) in plans for e in entries if e.task == t.name)), None)
+    if shown is not None:
+        planners = [e.planner for e in entries if e.task == shown.name and (shown.name, e.planner) in plans]
+        cols = min(4, len(planners))
+        rows = math.ceil(len(planners) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
+        for ax, name in zip(axes.flat, planners):
+            per_rank = plans.get((shown.name, name, "replayed"))
+            label = "replayed"
+            if per_rank is None:
+                per_rank, label = plans[shown.name, name].predicted.per_rank, "predicted"
+            draw_rank_bars(ax, per_rank, f"{name} ({label})")
+        for ax in list(axes.flat)[len(planners):]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(out_dir / "rank_bars.png", dpi=110)
+        plt.close(fig)
+        lines += [f"## Per-rank cost of every planner on {shown.name}", "", "![per-rank bars](rank_bars.png)", ""]
+    lines += ["## Every task", "",
+              "| task | planner | valid | replayed ms | predicted ms | bound ms | gap | headroom | plan s | note |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
+    for e in entries:
+        lines.append(
+            f"| {e.task} | {e.planner} | {'yes' if e.valid else 'no'} | {fmt(e.replayed_ms)} | {fmt(e.predicted_ms)}"
+            f" | {fmt(e.lower_bound_ms)} | {'-' if e.gap is None else f'{e.gap:.1%}'} |"
+            f" {'-' if e.headroom is None else f'{e.headroom:.0%}'} | {e.plan_s:.1f} | {e.note} |"
+        )
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _ratio_plot(ratios: dict[str, list[float]], metric: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    names = sorted(ratios, key=lambda n: statistics.median(ratios[n]))
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.boxplot([ratios[n] for n in names], showfliers=True)
+    ax.set_xticks(range(1, len(names) + 1), names, rotation=30, ha="right", fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel(f"{'replayed' if metric == 'replayed_ms' else 'predicted'} bottleneck / TorchRec's")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,138 @@
+"""Run planners side by side on benchmark tasks: plan, score, check, and (optionally) replay.
+
+Per task every planner plans the same workload; each plan is scored by the pinned default model
+(predicted bottleneck), checked (validity), sized (memory headroom) and, with ``rounds``, replayed in
+interleaved rounds (planners in a rotated order each round, medians kept), so a drift of the machine
+hits every planner alike. The lower bound is shardopt's for the task.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from shardopt.bench.tasks import Task
+from shardopt.errors import ShardoptError
+
+PLANNERS = ("shardopt", "shardopt-learned", "torchrec", "random", "size-greedy", "dim-greedy",
+            "lookup-greedy", "size-lookup-greedy")
+
+
+@dataclass
+class Entry:
+    """One planner on one task."""
+
+    task: str
+    planner: str
+    valid: bool
+    plan_s: float
+    predicted_ms: Optional[float] = None
+    replayed_ms: Optional[float] = None
+    replayed_runs: list = field(default_factory=list)
+    headroom: Optional[float] = None  # 1 - the fullest rank's memory over the cap
+    lower_bound_ms: Optional[float] = None
+    note: str = ""
+
+    @property
+    def gap(self) -> Optional[float]:
+        if self.predicted_ms is None or not self.lower_bound_ms:
+            return None
+        return self.predicted_ms / self.lower_bound_ms - 1
+
+
+def planner_search(name: str, time_limit_s: float = 5.0):
+    """The search object behind a planner name (TorchRec's is run separately)."""
+    from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
+    from shardopt.search.ilp import IlpSearch
+
+    if name in ("shardopt", "shardopt-learned"):
+        return IlpSearch(time_limit_s=time_limit_s, candidates="torchrec")
+    if name == "random":
+        return RandomTableWise(seed=0)
+    return TableWiseGreedy(name)
+
+
+def run_suite(
+    tasks: list[Task],
+    planners: tuple[str, ...] = PLANNERS,
+    *,
+    rounds: int = 0,
+    time_limit_s: float = 5.0,
+    searches: Optional[dict[str, Callable]] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> tuple[list[Entry], dict]:
+    """Entries for every (task, planner), and the plans themselves keyed the same way."""
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.memory import plan_memory
+    from shardopt.plan_checks import check_plan
+    from shardopt.planner import plan_workload
+
+    entries: list[Entry] = []
+    plans: dict = {}
+    for task in tasks:
+        workload = task.workload
+        model, _ = resolve_cost_model("analytic", workload)
+        bound = None
+        for planner in planners:
+            started = time.perf_counter()
+            try:
+                if planner == "torchrec":
+                    from shardopt.torchrec.convert import torchrec_plan
+
+                    plan = torchrec_plan(workload)
+                else:
+                    search = (searches or {}).get(planner) or planner_search(planner, time_limit_s)
+                    plan_model = model
+                    if planner == "shardopt-learned":
+                        plan_model, _ = resolve_cost_model("learned", workload)
+                    plan = plan_workload(workload, cost_model=plan_model, search=search, source=task.name)
+            except ShardoptError as exc:
+                entries.append(Entry(task.name, planner, False, time.perf_counter() - started,
+                                     note=str(exc).split(": ", 1)[-1][:120]))
+                continue
+            seconds = time.perf_counter() - started
+            if planner == "shardopt":
+                bound = plan.predicted.lower_bound_ms
+            per_rank = model.breakdown(workload, plan.tables)
+            hbm, _ = plan_memory(workload, plan.tables)
+            entries.append(Entry(
+                task.name, planner, check_plan(workload, plan).valid, seconds,
+                predicted_ms=max(r.total_ms for r in per_rank),
+                headroom=1 - max(hbm.values(), default=0) / workload.topology.hbm_cap,
+            ))
+            plans[task.name, planner] = plan
+        for e in entries:
+            if e.task == task.name:
+                e.lower_bound_ms = bound
+        if progress:
+            progress(f"{task.name}: planned by {len([e for e in entries if e.task == task.name])} planners")
+        if rounds:
+            _replay_rounds(task, [e for e in entries if e.task == task.name and e.valid], plans, rounds)
+            if progress:
+                progress(f"{task.name}: replayed")
+    return entries, plans
+
+
+def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
+    from importlib import resources
+    from pathlib import Path
+
+    from shardopt.profile.dataset import ProfileDataset
+    from shardopt.replay import ProfiledComm, replay_plan
+
+    folder = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
+    comm = ProfiledComm(list(ProfileDataset(folder).records("a2a")), "packaged CPU profile")
+    for i in range(rounds):
+        order = entries[i % len(entries):] + entries[: i % len(entries)]
+        for e in order:
+            result = replay_plan(task.workload, plans[task.name, e.planner], comm=comm, warmup=2, iters=5)
+            e.replayed_runs.append(result.bottleneck.total_ms)
+            plans[task.name, e.planner, "replayed"] = result.per_rank  # the last round's, for plots
+    for e in entries:
+        e.replayed_ms = statistics.median(e.replayed_runs)
+
+
+def entries_to_json(entries: list[Entry]) -> list[dict]:
+    return [{**asdict(e), "gap": e.gap} for e in entries]

@@ -1,0 +1,100 @@
+"""The benchmark suite, its baselines, report, and the CI gate on plan quality."""
+
+import json
+
+import pytest
+
+from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
+from shardopt.bench.gate import baseline_data, check
+from shardopt.bench.suite import run_suite
+from shardopt.bench.tasks import sampled_tasks, suite_tasks, table_pool
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.memory import plan_memory
+from shardopt.plan_checks import check_plan
+from shardopt.planner import plan_workload
+
+from conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def unit_run():
+    tasks = suite_tasks("unit")
+    entries, plans = run_suite(tasks, ("shardopt", "size-greedy"))
+    return tasks, entries, plans
+
+
+def test_tasks_follow_the_protocol_and_are_deterministic():
+    train, test = table_pool(0)
+    assert len(train) == len(test) and not {json.dumps(t, sort_keys=True) for t in train} & {
+        json.dumps(t, sort_keys=True) for t in test}
+    tasks = sampled_tasks(6, seed=0)
+    assert all(10 <= len(t.workload.tables) <= 60 for t in tasks)
+    assert [t.workload for t in tasks] == [t.workload for t in sampled_tasks(6, seed=0)]
+    assert {t.workload.topology.world_size for t in tasks} == {4}
+
+
+@pytest.mark.parametrize("planner", ["size-greedy", "dim-greedy", "lookup-greedy", "size-lookup-greedy"])
+def test_greedy_baselines_place_whole_tables_within_memory(planner):
+    task = sampled_tasks(1, seed=3)[0]
+    plan = plan_workload(task.workload, cost_model=AnalyticCostModel(), search=TableWiseGreedy(planner))
+    assert check_plan(task.workload, plan).valid
+    assert {t.sharding_type for t in plan.tables} == {"table_wise"}
+
+
+def test_size_greedy_balances_bytes_better_than_random():
+    task = sampled_tasks(1, seed=4)[0]
+    spread = {}
+    for name, search in (("size", TableWiseGreedy("size-greedy")), ("random", RandomTableWise(0))):
+        plan = plan_workload(task.workload, cost_model=AnalyticCostModel(), search=search)
+        hbm, _ = plan_memory(task.workload, plan.tables)
+        spread[name] = max(hbm.values()) - min(hbm.values())
+    assert spread["size"] < spread["random"]
+
+
+def test_gate_passes_on_the_same_planner_and_fails_on_a_worse_setting(unit_run):
+    tasks, entries, _ = unit_run
+    baseline = baseline_data(entries, "unit")
+    ok, table = check(entries, baseline)
+    assert ok, table
+    # A deliberately worse planner setting: shardopt replaced by dimension-greedy placement.
+    worse, _ = run_suite(tasks, ("shardopt",), searches={"shardopt": TableWiseGreedy("dim-greedy")})
+    ok, table = check(worse, baseline)
+    assert not ok
+    assert "FAIL: worse by more than 2%" in table
+    # An invalid or missing plan fails too.
+    broken = [e.__class__(**{**e.__dict__, "valid": False, "note": "memory"}) if e.planner == "shardopt" else e
+              for e in entries]
+    ok, table = check(broken, baseline)
+    assert not ok and "FAIL: no valid plan (memory)" in table
+
+
+def test_bench_cli_gate_and_report(runner, tmp_path, unit_run):
+    base = tmp_path / "baseline.json"
+    result = run_cli(runner, "bench", "--suite", "unit", "--check", base, "--update")
+    assert result.exit_code == 0 and base.is_file()
+    result = run_cli(runner, "bench", "--suite", "unit", "--check", base, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.stdout
+    assert "plan-quality gate passed" in result.stdout
+    assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "rank_bars.png").is_file()
+    data = json.loads(base.read_text())
+    data["tasks"] = {k: v * 0.5 for k, v in data["tasks"].items()}  # a baseline twice as good
+    base.write_text(json.dumps(data))
+    result = run_cli(runner, "bench", "--suite", "unit", "--check", base)
+    assert result.exit_code == 1 and "FAIL: worse" in result.stdout
+
+
+def test_report_draws_any_plan(runner, tmp_path, unit_run):
+    from shardopt.plan import write_plan
+
+    tasks, _, plans = unit_run
+    plan = plans[tasks[0].name, "shardopt"]
+    write_plan(plan, tmp_path / "p.json")
+    result = run_cli(runner, "report", tmp_path / "p.json", "-o", tmp_path / "bars.png")
+    assert result.exit_code == 0
+    assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bare = json.loads((tmp_path / "p.json").read_text())
+    bare.pop("predicted")
+    (tmp_path / "bare.json").write_text(json.dumps(bare))
+    result = run_cli(runner, "report", tmp_path / "bare.json", "-o", tmp_path / "x.png")
+    assert result.exit_code == 2 and "pass --workload" in result.stderr
+    assert not (tmp_path / "x.png").exists()
