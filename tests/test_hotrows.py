@@ -108,3 +108,40 @@ def test_replay_measures_a_hot_row_plan():
     assert len(result.per_rank) == 2 and all(r.total_ms > 0 for r in result.per_rank)
     # Rank 0 runs the cold block's kernel and the hot replica's (data-parallel) kernel.
     assert result.ranks[0].kernels == 2
+
+
+def test_torchrec_candidates_leave_hot_rows_out_and_conversion_refuses_them():
+    from shardopt.search.ilp import IlpSearch
+    from shardopt.torchrec.sharding_plan import to_sharding_plan
+
+    from shardopt.errors import ShardoptError
+
+    workload = _skewed()
+    plan = plan_workload(workload, cost_model=AnalyticCostModel(),
+                         search=IlpSearch(time_limit_s=2, candidates="torchrec"))
+    assert not any(t.replicated_rows for t in plan.tables)
+    hot = plan_workload(workload, cost_model=AnalyticCostModel())  # all candidates
+    assert any(t.replicated_rows for t in hot.tables)
+    with pytest.raises(ShardoptError, match="table 'big': hot-row replication"):
+        to_sharding_plan(hot, workload)
+
+
+def test_cli_candidates_option(runner, tmp_path):
+    import yaml
+
+    from conftest import run_cli
+    from shardopt.plan import read_plan
+
+    path = tmp_path / "hot.yaml"
+    tables = [{"name": "big", "num_embeddings": 2_000_000, "embedding_dim": 128, "pooling_factor": 1000,
+               "access": {"distribution": "zipf", "alpha": 1.2}}]
+    tables += [{"name": f"s{i}", "num_embeddings": 100_000, "embedding_dim": 64, "pooling_factor": 2}
+               for i in range(8)]
+    path.write_text(yaml.safe_dump({"version": 1, "name": "hot", "batch_size": 4096, "tables": tables,
+                                    "topology": {"world_size": 8, "hbm_cap": "8GB", "compute_device": "cuda",
+                                                 "hardware": "h200"}}))
+    for option, expect in (("torchrec", False), ("all", True)):
+        out = tmp_path / f"{option}.json"
+        result = run_cli(runner, "plan", path, "-o", out, "--candidates", option, "--cost-model", "analytic-v0")
+        assert result.exit_code == 0, result.stderr
+        assert any(t.replicated_rows for t in read_plan(out).tables) is expect
