@@ -108,7 +108,9 @@ def test_torn_last_line_is_dropped_and_measured_again(tmp_path):
 
 def test_sigint_keeps_points_and_rerun_resumes(tmp_path):
     folder = tmp_path / "p"
-    cmd = [sys.executable, "-m", "shardopt", "profile", "--preset", "unit", "-o", str(folder)]
+    # The smoke preset (32 points, seconds) rather than unit: on a fast machine the unit sweep
+    # could finish before the signal arrives, and the test would race.
+    cmd = [sys.executable, "-m", "shardopt", "profile", "--preset", "smoke", "-o", str(folder)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     points = folder / "points.jsonl"
     deadline = time.time() + 120
@@ -121,7 +123,8 @@ def test_sigint_keeps_points_and_rerun_resumes(tmp_path):
     assert proc.returncode == 130, err
     assert "rerun to resume" in err
     kept = points.read_text().splitlines()
-    total = len(build_sweep("unit", "cpu").tbe) + 1
+    sweep = build_sweep("smoke", "cpu")
+    total = len(sweep.tbe) + sum(len(points) for points in sweep.comm.values())
     assert 1 <= len(kept) < total
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
