@@ -445,17 +445,15 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
     if do_replay:
         from shardopt.replay import ProfiledComm, replay_plan
 
-        comm = None
-        label = str(comm_profile)
-        if comm_profile is None and wl.topology.compute_device == "cpu":
-            from importlib import resources
+        from shardopt.replay import packaged_cpu_comm
 
-            comm_profile = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
-            label = "the packaged CPU profile"
+        comm = None
         if comm_profile is not None:
             from shardopt.profile.dataset import ProfileDataset
 
-            comm = ProfiledComm(list(ProfileDataset(comm_profile).records("a2a")), label)
+            comm = ProfiledComm(list(ProfileDataset(comm_profile).records("a2a")), str(comm_profile))
+        elif wl.topology.compute_device == "cpu":
+            comm = packaged_cpu_comm()
         runs = {"shardopt": [], "torchrec": []}
         for i in range(rounds):
             order = ("shardopt", "torchrec") if i % 2 == 0 else ("torchrec", "shardopt")

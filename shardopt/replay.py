@@ -104,6 +104,17 @@ class ProfiledComm(CommSource):
         return rank_comm_from_all_to_all(workload, tables, self.time_ms)
 
 
+def packaged_cpu_comm() -> ProfiledComm:
+    """Communication from the all-to-all points of the CPU profile that ships with shardopt."""
+    from importlib import resources
+    from pathlib import Path
+
+    from shardopt.profile.dataset import ProfileDataset
+
+    folder = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
+    return ProfiledComm(list(ProfileDataset(folder).records("a2a")), "the packaged CPU profile")
+
+
 def _rank_bags(
     workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags], device: str = "cpu"
 ) -> dict[KernelKey, list[tuple[KernelSpec, Bags]]]:

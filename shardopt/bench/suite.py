@@ -116,14 +116,9 @@ def run_suite(
 
 
 def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
-    from importlib import resources
-    from pathlib import Path
+    from shardopt.replay import packaged_cpu_comm, replay_plan
 
-    from shardopt.profile.dataset import ProfileDataset
-    from shardopt.replay import ProfiledComm, replay_plan
-
-    folder = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
-    comm = ProfiledComm(list(ProfileDataset(folder).records("a2a")), "packaged CPU profile")
+    comm = packaged_cpu_comm()
     for i in range(rounds):
         order = entries[i % len(entries):] + entries[: i % len(entries)]
         for e in order:

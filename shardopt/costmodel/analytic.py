@@ -127,9 +127,6 @@ class AnalyticCostModel(CostModel):
 
     def comm_curves(self, workload: Workload) -> CommCurves | None:
         """The measured all-to-all curves this model reads the workload's comm from, if any."""
-        return self._curves(workload)
-
-    def _curves(self, workload: Workload) -> CommCurves | None:
         curves = self.calibration.comm_curves if self.calibration else None
         world = workload.topology.world_size
         return curves if curves is not None and world > 1 and curves.covers(world) else None
@@ -143,7 +140,7 @@ class AnalyticCostModel(CostModel):
         """
         if self._slope_cache is not None and self._slope_cache[0] is workload:
             return self._slope_cache[1]
-        curves = self._curves(workload)
+        curves = self.comm_curves(workload)
         slopes = None
         if curves is not None:
             world = workload.topology.world_size
@@ -168,7 +165,7 @@ class AnalyticCostModel(CostModel):
         their traffic times is at least the minorant at the mean bytes (Jensen). When every rank
         takes part in the sharded all-to-alls, the minorant starts at their latency floor.
         """
-        curves = self._curves(workload)
+        curves = self.comm_curves(workload)
         if curves is None:
             return None
         world = workload.topology.world_size
@@ -181,7 +178,7 @@ class AnalyticCostModel(CostModel):
 
     def additive(self, workload: Workload) -> bool:
         """Whether a plan's cost is its shards' costs summed per rank (plus kind overheads)."""
-        return self._curves(workload) is None
+        return self.comm_curves(workload) is None
 
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:

@@ -77,10 +77,8 @@ class LearnedCostModel(CostModel):
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         if not sharding_types:
             return 0.0
-        empty = self._predictor(workload).kernel_seconds([[]])[0].sum() * 1e3
-        kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
         _, _, fwd_latency, bwd_latency = self._analytic.overheads(workload, sharding_types)
-        return kernels * empty + (fwd_latency + bwd_latency) * 1e3
+        return self.compute_overhead_ms(workload, sharding_types) + (fwd_latency + bwd_latency) * 1e3
 
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         from shardopt.hotrows import expand
@@ -97,7 +95,7 @@ class LearnedCostModel(CostModel):
         compute = np.zeros((workload.topology.world_size, 2))
         for rank, (f, b) in zip(owner, seconds):
             compute[rank] += (f, b)
-        curves = self._analytic._curves(workload)
+        curves = self._analytic.comm_curves(workload)
         if curves is not None:
             # Measured curves beat a net fitted to their few points, and replay reads the same.
             comm = rank_comm_from_all_to_all(workload, tables, lambda w, p, n: curves.seconds(w, p, n) * 1e3)

@@ -146,34 +146,29 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
         dist.destroy_process_group()
 
 
+def _local_pieces(dmp, state):
+    """(local tensor, the same rows and columns of the full weight) for every local shard."""
+    for key, value in dmp.state_dict().items():
+        full = state[key.replace("module.", "").replace("_dmp_wrapped_module.", "")]
+        if not hasattr(value, "local_shards"):
+            yield value, full
+            continue
+        for shard in value.local_shards():
+            (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+            yield shard.tensor, full[r0:r0 + nr, c0:c0 + nc]
+
+
 def _load(dmp, state) -> None:
     """Copy full weights into the local shards (ShardedTensor or plain replicas)."""
     import torch
 
-    for key, value in dmp.state_dict().items():
-        full = state[key.replace("module.", "").replace("_dmp_wrapped_module.", "")]
-        shards = value.local_shards() if hasattr(value, "local_shards") else None
-        with torch.no_grad():
-            if shards is None:
-                value.copy_(full)
-                continue
-            for shard in shards:
-                (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                shard.tensor.copy_(full[r0:r0 + nr, c0:c0 + nc])
+    with torch.no_grad():
+        for local, full in _local_pieces(dmp, state):
+            local.copy_(full)
 
 
 def _weight_error(dmp, state) -> float:
-    worst = 0.0
-    for key, value in dmp.state_dict().items():
-        full = state[key.replace("module.", "").replace("_dmp_wrapped_module.", "")]
-        shards = value.local_shards() if hasattr(value, "local_shards") else None
-        if shards is None:
-            worst = max(worst, float((value - full).abs().max()))
-            continue
-        for shard in shards:
-            (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-            worst = max(worst, float((shard.tensor - full[r0:r0 + nr, c0:c0 + nc]).abs().max()))
-    return worst
+    return max((float((local - full).abs().max()) for local, full in _local_pieces(dmp, state)), default=0.0)
 
 
 def _reference_pooled(reference, step: int, rank: int, world: int) -> dict:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Optional
 
+import torch
+
 from torchrec.distributed.planner.types import (
     ParameterConstraints, Perf, ShardEstimator, ShardingOption, Storage, Topology,
 )
@@ -26,6 +28,7 @@ from shardopt.torchrec.sharding_plan import to_sharding_plan
 from shardopt.workload import Workload
 
 logger = logging.getLogger(__name__)
+TENSOR_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
 
 
 class ShardoptPlanner(ShardingPlanner):
@@ -146,7 +149,7 @@ class ShardoptEstimator(ShardEstimator):
                 )
 
     def _workload(self, options: List[ShardingOption]) -> Workload:
-        from shardopt.torchrec.module import DATA_TYPES, _topology
+        from shardopt.torchrec.module import _topology
         from shardopt.workload import workload_from_dict
 
         tables, seen = [], set()
@@ -156,9 +159,7 @@ class ShardoptEstimator(ShardEstimator):
                 continue
             seen.add(option.name)
             rows, dim = option.tensor.shape
-            dtype = DATA_TYPES.get(str(option.tensor.dtype).replace("torch.float32", "FP32")
-                                   .replace("torch.float16", "FP16").replace("torch.bfloat16", "BF16")
-                                   .replace("torch.int8", "INT8"), "fp32")
+            dtype = TENSOR_DTYPES.get(option.tensor.dtype, "fp32")
             tables.append({
                 "name": option.name, "num_embeddings": int(rows), "embedding_dim": int(dim),
                 "pooling_factor": float(sum(option.input_lengths)) or 1.0, "data_type": dtype,
