@@ -108,7 +108,8 @@ def test_cli_plans_with_the_ilp(runner, tmp_path):
 
 
 def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
-    from shardopt.search.ilp import _free_first_piece, _Model
+    from shardopt.search.ilp import _Model
+    from shardopt.search.repair import movable
 
     from dataclasses import replace
 
@@ -132,7 +133,7 @@ def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
     for ranks in m.classes:
         for j, name in enumerate(m.order[: len(ranks) - 1]):
             tp = by_name[name]
-            if _free_first_piece(workload, tp) and tp.shards[0].rank in ranks:
+            if movable(workload, tp) is not None and tp.shards[0].rank in ranks:
                 assert ranks.index(tp.shards[0].rank) <= j
     # Relabelling identical ranks changes no rank's cost.
     before = sorted(round(r.total_ms, 9) for r in model.breakdown(workload, greedy))

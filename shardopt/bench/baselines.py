@@ -50,20 +50,15 @@ class TableWiseGreedy:
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         weight = self._weights(workload)
-        topo = workload.topology
-        load = [0.0] * topo.world_size
-        free = [topo.hbm_cap] * topo.world_size
-        ranks: dict[str, int] = {}
-        for table in sorted(workload.tables, key=lambda t: (-weight[t.name], t.name)):
-            need = _size(workload, table)
-            fits = [r for r in range(topo.world_size) if free[r] >= need]
-            if not fits:
-                raise ShardoptError(f"{self.name}: table {table.name!r} fits on no rank", ErrorKind.INFEASIBLE)
+        load = [0.0] * workload.topology.world_size
+
+        def pick(table: Table, fits: list[int]) -> int:
             rank = min(fits, key=lambda r: (load[r], r))
             load[rank] += weight[table.name]
-            free[rank] -= need
-            ranks[table.name] = rank
-        return SearchResult(_table_wise(workload, ranks), 0.0, self.name, "HEURISTIC")
+            return rank
+
+        order = sorted(workload.tables, key=lambda t: (-weight[t.name], t.name))
+        return _place_whole(workload, order, pick, self.name)
 
 
 class RandomTableWise:
@@ -76,18 +71,23 @@ class RandomTableWise:
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         rng = np.random.default_rng(self.seed)
-        topo = workload.topology
-        free = [topo.hbm_cap] * topo.world_size
-        ranks = {}
-        for table in workload.tables:
-            need = _size(workload, table)
-            fits = [r for r in range(topo.world_size) if free[r] >= need]
-            if not fits:
-                raise ShardoptError(f"random: table {table.name!r} fits on no rank", ErrorKind.INFEASIBLE)
-            rank = int(rng.choice(fits))
-            free[rank] -= need
-            ranks[table.name] = rank
-        return SearchResult(_table_wise(workload, ranks), 0.0, "random", "HEURISTIC")
+        return _place_whole(workload, workload.tables, lambda table, fits: int(rng.choice(fits)), "random")
+
+
+def _place_whole(workload: Workload, order, pick: Callable[[Table, list[int]], int], name: str) -> SearchResult:
+    """Each table whole, in ``order``, on the rank ``pick`` chooses among those with room."""
+    topo = workload.topology
+    free = [topo.hbm_cap] * topo.world_size
+    ranks: dict[str, int] = {}
+    for table in order:
+        need = _size(workload, table)
+        fits = [r for r in range(topo.world_size) if free[r] >= need]
+        if not fits:
+            raise ShardoptError(f"{name}: table {table.name!r} fits on no rank", ErrorKind.INFEASIBLE)
+        rank = pick(table, fits)
+        free[rank] -= need
+        ranks[table.name] = rank
+    return SearchResult(_table_wise(workload, ranks), 0.0, name, "HEURISTIC")
 
 
 def _table_wise(workload: Workload, ranks: dict[str, int]) -> tuple[TablePlan, ...]:

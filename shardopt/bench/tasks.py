@@ -70,12 +70,11 @@ def suite_tasks(suite: str, seed: int = 0) -> list[Task]:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
     tasks = sampled_tasks(SUITES[suite], seed)
     if suite == "full":
-        from importlib import resources  # noqa: F401  (configs live in the repository, not the package)
         from pathlib import Path
 
         from shardopt.workload import read_workload
 
-        configs = Path(__file__).resolve().parents[2] / "configs"
+        configs = Path(__file__).resolve().parents[2] / "configs"  # in the repository, not the package
         for name in ("dlrm-medium", "tiny"):
             path = configs / f"{name}.yaml"
             if path.is_file():

@@ -27,7 +27,7 @@ from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
-from shardopt.search.repair import repaired
+from shardopt.search.repair import movable, repaired
 from shardopt.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
@@ -268,7 +268,7 @@ class _Model:
             labels: dict[int, int] = {}
             for name in self.order:
                 tp = by_name.get(name)
-                if tp is None or not _free_first_piece(self.workload, tp):
+                if tp is None or movable(self.workload, tp) is None:
                     continue
                 rank = tp.shards[0].rank
                 if rank in members and rank not in labels:
@@ -280,7 +280,7 @@ class _Model:
             return tables
         out = []
         for tp in tables:
-            if not _free_first_piece(self.workload, tp):
+            if movable(self.workload, tp) is None:
                 out.append(tp)
                 continue
             shards = tuple(replace(s, rank=mapping.get(s.rank, s.rank)) for s in tp.shards)
@@ -341,9 +341,3 @@ class _Model:
                                  replicated_rows=cand.replicated_rows))
         return tuple(out)
 
-
-def _free_first_piece(workload: Workload, tp: TablePlan) -> bool:
-    """Whether the table's pieces were placed by choice (not pinned to ranks by their kind)."""
-    if tp.sharding_type in ("table_wise", "column_wise", "table_column_wise"):
-        return True
-    return tp.sharding_type == "row_wise" and len(tp.shards) < workload.topology.world_size

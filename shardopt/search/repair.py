@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from shardopt.costmodel.base import CostModel
-from shardopt.memory import shard_memory
+from shardopt.memory import plan_memory, shard_memory
 from shardopt.plan import Shard, TablePlan
 from shardopt.workload import Workload
 
@@ -62,14 +62,10 @@ class _State:
         for ti, tp in enumerate(self.tables):
             for si, shard in enumerate(tp.shards):
                 self.on_rank[shard.rank].append((ti, si))
-        per_rank = model.breakdown(workload, self.tables)
-        self.total = [r.total_ms for r in per_rank]
-        self.hbm = [r.hbm_bytes for r in per_rank]
-        topo = workload.topology
-        self.ddr = [0] * topo.num_hosts
-        for ti, tp in enumerate(self.tables):
-            for shard in tp.shards:
-                self.ddr[topo.host_of(shard.rank)] += self._memory(ti, shard)[1]
+        self.total = [r.total_ms for r in model.breakdown(workload, self.tables)]
+        hbm, ddr = plan_memory(workload, self.tables)
+        self.hbm = [hbm.get(r, 0) for r in range(world)]
+        self.ddr = [ddr.get(h, 0) for h in range(workload.topology.num_hosts)]
 
     def _memory(self, ti: int, shard: Shard) -> tuple[int, int]:
         tp = self.tables[ti]
