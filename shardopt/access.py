@@ -67,6 +67,22 @@ class RowBuckets:
             parts.append(RowBuckets(counts[keep], probs / mass))
         return parts[0], parts[1]
 
+    def coarse(self, ratio: float = 1.5) -> "RowBuckets":
+        """Neighbouring buckets whose per-row probabilities lie within ``ratio`` merged (mass kept):
+        a few dozen buckets where a Zipf table has a thousand, for sums evaluated many times."""
+        counts, masses = [], []
+        head = None
+        for count, prob in zip(self.counts, self.probs):
+            if head is not None and prob * ratio >= head and prob > 0:
+                counts[-1] += count
+                masses[-1] += count * prob
+            else:
+                head = prob
+                counts.append(float(count))
+                masses.append(float(count * prob))
+        c = np.array(counts)
+        return RowBuckets(c, np.array(masses) / c)
+
     def expected_unique(self, lookups: float) -> float:
         """Expected distinct rows touched by ``lookups`` independent draws."""
         if lookups <= 0:
@@ -91,6 +107,12 @@ def row_buckets(table: Table) -> RowBuckets:
         weights = np.array(access.weights, dtype=np.float64)
         return RowBuckets(counts, weights / float(np.sum(counts * weights)))
     raise TypeError(f"unknown access distribution {access!r}")
+
+
+@lru_cache(maxsize=65536)
+def cache_buckets(table: Table) -> RowBuckets:
+    """The coarse bucket form the cache model sums over (see :meth:`RowBuckets.coarse`)."""
+    return row_buckets(table).coarse()
 
 
 @lru_cache(maxsize=4096)

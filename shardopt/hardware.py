@@ -36,6 +36,8 @@ class Hardware:
     inter_host_bw_gbps: float
     comm_latency_us: float
     origin: str
+    # A second, larger cache level the rank's rows compete for (CPU L3); None: one level only.
+    llc_bytes: int | None = None
 
 
 @lru_cache(maxsize=1)

@@ -10,8 +10,8 @@ from shardopt.plan import Shard, TablePlan
 from shardopt.workload import workload_from_dict
 
 
-def _workload(world=4, local=None, pooling=10.0, access=None, **topology):
-    table = {"name": "t", "num_embeddings": 100_000, "embedding_dim": 64, "pooling_factor": pooling}
+def _workload(world=4, local=None, pooling=10.0, access=None, rows=100_000, **topology):
+    table = {"name": "t", "num_embeddings": rows, "embedding_dim": 64, "pooling_factor": pooling}
     if access:
         table["access"] = access
     topo = {"world_size": world, "hbm_cap": "1GB", "compute_device": "cpu", **topology}
@@ -45,9 +45,9 @@ def test_row_wise_shard_sees_its_share_of_lookups():
 
 
 def test_column_shards_each_see_every_lookup():
-    w = _workload()
-    half = _cost(w, "column_wise", cols=32)
-    whole = _cost(w, "table_wise")
+    w = _workload(rows=5_000)  # in cache either way: only the per-lookup work differs
+    half = _cost(w, "column_wise", rows=5_000, cols=32)
+    whole = _cost(w, "table_wise", rows=5_000)
     assert half.fwd_compute_ms > whole.fwd_compute_ms / 2  # per-lookup overheads repeat
 
 
@@ -74,23 +74,41 @@ def test_data_parallel_pays_an_allreduce_in_backward():
     assert cost.fwd_comm_ms == 0 and cost.bwd_comm_ms > 0
 
 
-def test_breakdown_sums_shards_and_overheads():
-    w = _workload(world=2)
-    model = AnalyticCostModel()
-    plan = [
+def _two_halves_on_rank0(rows):
+    return [
         TablePlan(
             name="t",
             sharding_type="column_wise",
-            shards=(Shard(rank=0, offsets=(0, 0), sizes=(100_000, 32)),
-                    Shard(rank=0, offsets=(0, 32), sizes=(100_000, 32))),
+            shards=(Shard(rank=0, offsets=(0, 0), sizes=(rows, 32)),
+                    Shard(rank=0, offsets=(0, 32), sizes=(rows, 32))),
         )
     ]
-    per_rank = model.breakdown(w, plan)
-    piece = _cost(w, "column_wise", cols=32)
+
+
+def test_breakdown_sums_shards_and_overheads():
+    w = _workload(world=2, rows=5_000)  # both halves fit in the caches together
+    model = AnalyticCostModel()
+    per_rank = model.breakdown(w, _two_halves_on_rank0(5_000))
+    piece = _cost(w, "column_wise", rows=5_000, cols=32)
     overhead = model.rank_overhead_ms(w, {"column_wise"})
     assert per_rank[0].total_ms == pytest.approx(2 * piece.total_ms + overhead)
     assert per_rank[0].hbm_bytes == 2 * piece.hbm_bytes
     assert per_rank[1].total_ms == 0 and per_rank[1].hbm_bytes == 0
+
+
+def test_shards_sharing_a_rank_share_its_cache():
+    """Two halves that each fit in the last-level cache alone but not together miss more when
+    fused on one rank than their floors (each with the cache to itself) add up to."""
+    w = _workload(world=2, rows=60_000)
+    model = AnalyticCostModel()
+    hw = model.hardware(w)
+    half_bytes = 60_000 * (128 + 64)  # rows and optimizer state of a 32-column half
+    assert half_bytes < hw.llc_bytes < 2 * half_bytes
+    per_rank = model.breakdown(w, _two_halves_on_rank0(60_000))
+    floor = model.shard_floor(w, w.tables[0], "column_wise", 60_000, 32)
+    compute = per_rank[0].fwd_compute_ms + per_rank[0].bwd_compute_ms
+    overhead = model.compute_overhead_ms(w, {"column_wise"})
+    assert compute > 1.05 * (2 * (floor.fwd_compute_ms + floor.bwd_compute_ms) + overhead)
 
 
 def test_every_profile_states_its_origin():

@@ -94,7 +94,7 @@ def _model_json():
     "mutate, message",
     [
         (lambda d: "{not json", "corrupt cost-model file (not JSON"),
-        (lambda d: {**d, "version": 99}, "version: this shardopt reads cost-model version 1, got 99"),
+        (lambda d: {**d, "version": 99}, "version: this shardopt reads cost-model version 2, got 99"),
         (lambda d: {**d, "format": "other"}, "format: not a shardopt cost model"),
         (lambda d: {k: v for k, v in d.items() if k != "calibration"}, "corrupt cost-model file"),
     ],

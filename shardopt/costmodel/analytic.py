@@ -7,6 +7,7 @@ really updates. Units: bytes, seconds inside, milliseconds out.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -15,7 +16,9 @@ import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.costmodel.terms import INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, shard_terms
+from shardopt.costmodel.terms import (
+    INDEX_BYTES, OUTPUT_BYTES, cache_rows, cache_times, hardware_coefficients, shard_terms,
+)
 from shardopt.hardware import Hardware, hardware_for
 from shardopt.memory import shard_memory
 from shardopt.plan import RankBreakdown, TablePlan
@@ -40,6 +43,8 @@ class Calibration:
     # The measured all-to-all curves themselves: a rank's whole-plan comm is read off them (the
     # alpha + beta line above is the additive estimate a search uses per shard).
     comm_curves: CommCurves | None = None
+    # The last-level cache a rank keeps, fitted with the constants (None: the hardware profile's).
+    llc_bytes: int | None = None
 
 
 class AnalyticCostModel(CostModel):
@@ -53,11 +58,16 @@ class AnalyticCostModel(CostModel):
         self._hardware = hardware
         self.calibration = calibration
         self._slope_cache: tuple[Workload, tuple[float, float] | None] | None = None
+        self._hw_cache: tuple[Hardware, Hardware] | None = None
+        self._cache_cache: tuple[Workload, tuple[tuple[float, float], float]] | None = None
         self._coef_cache: tuple[Hardware, tuple[np.ndarray, np.ndarray]] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def hardware(self, workload: Workload) -> Hardware:
-        return self._hardware or hardware_for(workload.topology)
+        hw = self._hardware or hardware_for(workload.topology)
+        if self._hw_cache is None or self._hw_cache[0] is not hw:
+            self._hw_cache = (hw, calibrated_hardware(hw, self.calibration))
+        return self._hw_cache[1]
 
     def _coefficients(self, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
         if self._coef_cache is None or self._coef_cache[0] is not hw:
@@ -79,12 +89,35 @@ class AnalyticCostModel(CostModel):
         compute_kernel: str = "fused",
         cache_load_factor: float | None = None,
     ) -> ShardCost:
+        """The shard's cost on a rank of average contents: it shares the cache with a balanced
+        rank's share of the workload (what keeps shard costs additive for a search)."""
         hw = self.hardware(workload)
+        return self._shard_cost(workload, hw, table, sharding_type, rows, cols, compute_kernel,
+                                cache_load_factor, self._average_rank_cache(workload, hw))
+
+    def shard_floor(
+        self,
+        workload: Workload,
+        table: Table,
+        sharding_type: str,
+        rows: int,
+        cols: int,
+        compute_kernel: str = "fused",
+        cache_load_factor: float | None = None,
+    ) -> ShardCost:
+        """The shard with the rank's caches to itself: sharing them only turns hits into misses,
+        which cost more (the fitted constants keep hit <= last level <= memory)."""
+        return self._shard_cost(workload, self.hardware(workload), table, sharding_type, rows, cols,
+                                compute_kernel, cache_load_factor, (None, None))
+
+    def _shard_cost(
+        self, workload, hw, table, sharding_type, rows, cols, compute_kernel, cache_load_factor, cache
+    ) -> ShardCost:
         lookups = shard_lookups(workload, table, sharding_type, rows)
         fwd_terms, bwd_terms = shard_terms(
             hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
             optimizer=workload.optimizer, compute_kernel=compute_kernel,
-            cache_load_factor=cache_load_factor,
+            cache_load_factor=cache_load_factor, cache_time=cache[0], kernel_bytes=cache[1],
         )
         fwd_coef, bwd_coef = self._coefficients(hw)
         fwd_comm_s, bwd_comm_s = self._comm_seconds(
@@ -99,6 +132,29 @@ class AnalyticCostModel(CostModel):
             hbm_bytes=memory.hbm_bytes,
             ddr_bytes=memory.ddr_bytes,
         )
+
+    def _average_rank_cache(self, workload: Workload, hw: Hardware) -> tuple[tuple[float, float], float]:
+        """(cache times, footprint) of a rank holding a balanced share of every table.
+
+        The world's caches together hold the hottest rows of all tables: Che's times for the
+        whole workload in ``world`` times the cache equal one rank's for its share of it.
+        """
+        if self._cache_cache is not None and self._cache_cache[0] is workload:
+            return self._cache_cache[1]
+        world = workload.topology.world_size
+        rows = [
+            cache_rows(hw, t, t.num_embeddings, t.embedding_dim,
+                       lookups=shard_lookups(workload, t, "table_wise", t.num_embeddings),
+                       optimizer=workload.optimizer)
+            for t in workload.tables
+        ]
+        scaled = dataclasses.replace(
+            hw, cache_bytes=hw.cache_bytes * world, llc_bytes=(hw.llc_bytes or 0) * world or None
+        )
+        span = sum(t.num_embeddings * t.embedding_dim * t.element_bytes for t in workload.tables) / world
+        context = (cache_times(scaled, rows), span)
+        self._cache_cache = (workload, context)
+        return context
 
     def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups, features=1):
         """Seconds this shard's rank spends in the all-to-alls, from its bytes and the links."""
@@ -177,8 +233,9 @@ class AnalyticCostModel(CostModel):
         return (fwd + pooled + allreduce) * 1e3
 
     def additive(self, workload: Workload) -> bool:
-        """Whether a plan's cost is its shards' costs summed per rank (plus kind overheads)."""
-        return self.comm_curves(workload) is None
+        """Whether a plan's cost is its shards' costs summed per rank (plus kind overheads): never,
+        since a rank's shards share its caches (and, with measured curves, its collectives)."""
+        return False
 
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
@@ -212,33 +269,42 @@ class AnalyticCostModel(CostModel):
         return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
+    def _kernel_cache(self, workload: Workload, hw: Hardware, members) -> tuple[tuple[float, float], float]:
+        """(cache times, footprint) of one fused kernel's shards, which share the rank's cache."""
+        rows = [
+            cache_rows(hw, p.table, p.rows, p.cols,
+                       lookups=shard_lookups(workload, p.table, p.sharding_type, p.rows),
+                       optimizer=workload.optimizer)
+            for p in members
+        ]
+        span = sum(p.rows * p.cols * p.table.element_bytes for p in members)
+        return cache_times(hw, rows), span
+
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         from shardopt.hotrows import expand
 
+        from shardopt.costmodel.plan_kernels import rank_kernels
+
         workload, tables = expand(workload, tables)
+        hw = self.hardware(workload)
         sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         memory: dict[int, int] = defaultdict(int)
         kinds: dict[int, set[str]] = defaultdict(set)
-        by_name = {t.name: t for t in workload.tables}
-        for table_plan in tables:
-            table = by_name[table_plan.name]
-            for shard in table_plan.shards:
-                cost = self.shard_cost(
-                    workload,
-                    table,
-                    table_plan.sharding_type,
-                    shard.sizes[0],
-                    shard.sizes[1],
-                    table_plan.compute_kernel,
-                    table_plan.cache_load_factor,
-                )
-                acc = sums[shard.rank]
-                acc[0] += cost.fwd_compute_ms
-                acc[1] += cost.bwd_compute_ms
-                acc[2] += cost.fwd_comm_ms
-                acc[3] += cost.bwd_comm_ms
-                memory[shard.rank] += cost.hbm_bytes
-                kinds[shard.rank].add(table_plan.sharding_type)
+        for rank, kernels in enumerate(rank_kernels(workload, tables, workload.topology.compute_device)):
+            for members in kernels.values():
+                cache = self._kernel_cache(workload, hw, members)
+                for placed in members:
+                    cost = self._shard_cost(
+                        workload, hw, placed.table, placed.sharding_type, placed.rows, placed.cols,
+                        placed.compute_kernel, placed.cache_load_factor, cache,
+                    )
+                    acc = sums[rank]
+                    acc[0] += cost.fwd_compute_ms
+                    acc[1] += cost.bwd_compute_ms
+                    acc[2] += cost.fwd_comm_ms
+                    acc[3] += cost.bwd_comm_ms
+                    memory[rank] += cost.hbm_bytes
+                    kinds[rank].add(placed.sharding_type)
         world = workload.topology.world_size
         curves = self.calibration.comm_curves if self.calibration else None
         measured_comm = None
@@ -265,6 +331,13 @@ class AnalyticCostModel(CostModel):
                 )
             )
         return out
+
+
+def calibrated_hardware(hw: Hardware, calibration: Calibration | None) -> Hardware:
+    """The hardware profile with the cache size a calibration fitted."""
+    if calibration is None or calibration.llc_bytes is None:
+        return hw
+    return dataclasses.replace(hw, llc_bytes=calibration.llc_bytes)
 
 
 def shard_samples(workload: Workload, sharding_type: str) -> int:

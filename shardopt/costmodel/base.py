@@ -44,6 +44,22 @@ class CostModel(abc.ABC):
     ) -> ShardCost:
         """Cost of one shard on its own: what a search adds to a rank when it places the shard."""
 
+    def shard_floor(
+        self,
+        workload: Workload,
+        table: Table,
+        sharding_type: str,
+        rows: int,
+        cols: int,
+        compute_kernel: str = "fused",
+        cache_load_factor: float | None = None,
+    ) -> ShardCost:
+        """No more than the shard costs on any rank, whatever shares it: what lower bounds add up.
+
+        Models whose shard cost depends on the rank's other shards (a shared cache) override it.
+        """
+        return self.shard_cost(workload, table, sharding_type, rows, cols, compute_kernel, cache_load_factor)
+
     @abc.abstractmethod
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         """Fixed cost of a rank that holds shards of these sharding types (kernel calls, latency)."""

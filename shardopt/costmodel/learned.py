@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.analytic import Calibration, calibrated_hardware
 from shardopt.costmodel.features import FEATURES, kernels_features
 from shardopt.costmodel.profile_data import KernelSample, KernelShard, kernel_terms
 from shardopt.hardware import Hardware
@@ -77,6 +77,7 @@ class LearnedParts:
 def analytic_prior(hw: Hardware, calibration: Calibration, kernels: Sequence[Sequence[KernelShard]]) -> np.ndarray:
     """log of the calibrated analytic forward and backward seconds of each kernel."""
     fwd_c, bwd_c = np.array(calibration.fwd), np.array(calibration.bwd)
+    hw = calibrated_hardware(hw, calibration)
     out = []
     for shards in kernels:
         f, b = kernel_terms(hw, shards)
@@ -97,7 +98,7 @@ class KernelPredictor:
     def __init__(self, hw: Hardware, parts: LearnedParts) -> None:
         import torch
 
-        self.hw = hw
+        self.hw = calibrated_hardware(hw, parts.calibration)
         self.parts = parts
         self.kernel_nets = []
         for state in parts.kernel_states:
@@ -149,7 +150,7 @@ def train_parts(
     torch.manual_seed(seed)
     try:
         kernels = [s.shards for s in samples]
-        feats, segment = kernels_features(hw, kernels)
+        feats, segment = kernels_features(calibrated_hardware(hw, calibration), kernels)
         mean, std = feats.mean(axis=0), feats.std(axis=0)
         std[std < 1e-9] = 1.0
         x = torch.from_numpy((feats - mean) / std)

@@ -18,7 +18,8 @@ from shardopt.errors import ShardoptError
 from shardopt.fileio import write_atomic
 
 MODEL_FORMAT = "shardopt-cost-model"
-MODEL_VERSION = 1
+# 2: shards of a kernel share its caches (llc_bytes fitted, llc_bytes and update_hit_bytes terms).
+MODEL_VERSION = 2
 
 
 def _calibration_to_dict(c: Calibration) -> dict:
@@ -27,6 +28,7 @@ def _calibration_to_dict(c: Calibration) -> dict:
         "fwd_kernel_s": c.fwd_kernel_s, "bwd_kernel_s": c.bwd_kernel_s,
         "comm": {str(w): list(ab) for w, ab in c.comm.items()}, "trained_on": c.trained_on,
         **({"comm_curves": c.comm_curves.to_dict()} if c.comm_curves else {}),
+        **({"llc_bytes": c.llc_bytes} if c.llc_bytes is not None else {}),
     }
 
 
@@ -36,6 +38,7 @@ def _calibration_from_dict(d: dict) -> Calibration:
         fwd_kernel_s=d["fwd_kernel_s"], bwd_kernel_s=d["bwd_kernel_s"],
         comm={int(w): (ab[0], ab[1]) for w, ab in d["comm"].items()}, trained_on=d["trained_on"],
         comm_curves=CommCurves.from_dict(d["comm_curves"]) if d.get("comm_curves") else None,
+        llc_bytes=d.get("llc_bytes"),
     )
 
 

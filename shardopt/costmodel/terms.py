@@ -11,10 +11,14 @@ hardware profile, the calibrated one fits them to measurements.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
-from shardopt.access import row_buckets
+from shardopt.access import cache_buckets, row_buckets
+from typing import Sequence
+
+from shardopt.costmodel.cache import CacheRows, characteristic_time
 from shardopt.hardware import Hardware
 from shardopt.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes
 from shardopt.workload import Table
@@ -28,6 +32,7 @@ FWD_TERMS = (
     "lookup",
     "index_bytes",
     "hit_bytes",
+    "llc_bytes",
     "accum_bytes",
     *(f"miss_bytes_d{d}" for d in DIM_CLASSES),
     "miss_bytes_half",
@@ -41,6 +46,7 @@ BWD_TERMS = (
     "index_bytes",
     "out_bytes",
     "accum_bytes",
+    "update_hit_bytes",
     *(f"update_bytes_d{d}" for d in DIM_CLASSES),
     "update_bytes_half",
     "update_bytes_far",
@@ -60,6 +66,44 @@ def line_rounded(size: int, line: int) -> int:
     return max(line, int(math.ceil(size / line)) * line) if size else 0
 
 
+def _row_bytes(hw: Hardware, table: Table, cols: int, optimizer: str) -> tuple[int, int]:
+    """Bytes a row of the shard and its optimizer state occupy, in whole lines."""
+    row_bytes = line_rounded(cols * table.element_bytes, hw.min_access_bytes)
+    state_bytes = line_rounded(optimizer_state_bytes(optimizer, 1, cols), hw.min_access_bytes)
+    return row_bytes, state_bytes
+
+
+def cache_rows(
+    hw: Hardware, table: Table, rows: int, cols: int, *, lookups: float, optimizer: str = "rowwise_adagrad"
+) -> CacheRows:
+    """The shard's rows as a shared cache sees them: bytes (row and optimizer state, both touched
+    each iteration) and draws per iteration, per access bucket.
+
+    Ids are hashed into row blocks, so a row-wise shard holds a ``rows / num_embeddings`` slice of
+    every popularity level, and each of its rows is drawn as often as in the whole table.
+    """
+    row_frac = rows / table.num_embeddings
+    row_bytes, state_bytes = _row_bytes(hw, table, cols, optimizer)
+    buckets = cache_buckets(table)
+    return CacheRows(
+        bytes=buckets.counts * row_frac * (row_bytes + state_bytes),
+        rate=buckets.probs * (lookups / row_frac),
+    )
+
+
+def cache_times(hw: Hardware, rows: Sequence[CacheRows]) -> tuple[float, float]:
+    """Che's characteristic times of the near cache and the last level for shards sharing them."""
+    near = characteristic_time(rows, hw.cache_bytes)
+    llc = characteristic_time(rows, hw.llc_bytes) if hw.llc_bytes else near
+    return near, max(llc, near)
+
+
+@lru_cache(maxsize=1 << 16)
+def _alone_times(hw: Hardware, table: Table, rows: int, cols: int, lookups: float, optimizer: str):
+    """Cache times of a shard with the caches to itself (searches ask for the same ones often)."""
+    return cache_times(hw, [cache_rows(hw, table, rows, cols, lookups=lookups, optimizer=optimizer)])
+
+
 def shard_terms(
     hw: Hardware,
     table: Table,
@@ -71,22 +115,43 @@ def shard_terms(
     optimizer: str = "rowwise_adagrad",
     compute_kernel: str = "fused",
     cache_load_factor: float | None = None,
+    cache_time: tuple[float, float] | None = None,
+    kernel_bytes: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward terms, backward terms) in the order of FWD_TERMS and BWD_TERMS."""
+    """(forward terms, backward terms) in the order of FWD_TERMS and BWD_TERMS.
+
+    ``cache_time`` holds the characteristic times (near cache, last level) of the caches this
+    shard shares with the rest of its kernel (:func:`cache_times` over all its shards), and
+    ``kernel_bytes`` the kernel's whole footprint; without them the shard runs alone.
+    """
     row_frac = rows / table.num_embeddings
-    row_bytes = line_rounded(cols * table.element_bytes, hw.min_access_bytes)
-    state_bytes = line_rounded(optimizer_state_bytes(optimizer, 1, cols), hw.min_access_bytes)
+    row_bytes, state_bytes = _row_bytes(hw, table, cols, optimizer)
     buckets = row_buckets(table)
-    # Ids are hashed into row blocks, so a row-wise shard holds a row_frac slice of every
-    # popularity level: its k hottest rows carry the share of the table's k/row_frac hottest.
-    hit = buckets.top_share(hw.cache_bytes / row_bytes / row_frac)
+    cached = cache_rows(hw, table, rows, cols, lookups=lookups, optimizer=optimizer)
+    alone = _alone_times(hw, table, rows, cols, lookups, optimizer)
+    # Sharing the caches can only shorten the shard's characteristic times.
+    near_time, llc_time = alone if cache_time is None else (min(a, b) for a, b in zip(alone, cache_time))
+    # Distinct rows drawn per bucket this iteration; repeats within the iteration hit the cache,
+    # first draws hit if the row was drawn within the cache's characteristic time.
+    coarse = cache_buckets(table)
+    unique_rows = coarse.counts * row_frac * -np.expm1(-cached.rate)
+    unique = float(unique_rows.sum())
+    repeats = max(lookups - unique, 0.0)
+    near = (repeats + float(np.dot(unique_rows, cached.hit(near_time)))) / lookups if lookups > 0 else 0.0
+    hit = (repeats + float(np.dot(unique_rows, cached.hit(llc_time)))) / lookups if lookups > 0 else 0.0
+    near = min(near, hit)
     in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
-    unique = buckets.expected_unique(lookups / row_frac) * row_frac
+    # The backward pass updates each drawn row less than an iteration after the forward read it:
+    # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
+    update_hit = min(1.0, llc_time)
     update_bytes = unique * 2 * (row_bytes + state_bytes)
+    update_miss = update_bytes * (1 - update_hit)
     # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term that grows with
-    # log2 of how many cache sizes the shard spans lets a fit bend the bandwidth with table size.
-    far = max(0.0, math.log2(max(rows * row_bytes, 1) / hw.cache_bytes))
+    # log2 of how many cache sizes the kernel spans (its tables share the TLB as they share the
+    # cache) lets a fit bend the bandwidth with footprint.
+    span = max(rows * row_bytes, kernel_bytes or 0.0, 1.0)
+    far = max(0.0, math.log2(span / hw.cache_bytes))
     # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
     half = table.data_type in ("fp16", "bf16")
     fwd = dict.fromkeys(FWD_TERMS, 0.0)
@@ -94,7 +159,8 @@ def shard_terms(
         table=1.0,
         lookup=lookups,
         index_bytes=lookups * INDEX_BYTES,
-        hit_bytes=lookups * row_bytes * hit,
+        hit_bytes=lookups * row_bytes * near,
+        llc_bytes=lookups * row_bytes * (hit - near),
         accum_bytes=lookups * cols * OUTPUT_BYTES,  # summing each looked-up row into its bag
         uvm_miss_bytes=miss_bytes * (1 - in_memory),
         out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),  # a pooled row per feature
@@ -108,10 +174,11 @@ def shard_terms(
         index_bytes=2 * lookups * INDEX_BYTES,
         out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),
         accum_bytes=lookups * cols * OUTPUT_BYTES,
-        uvm_update_bytes=update_bytes * (1 - in_memory),
-        update_bytes_far=update_bytes * in_memory * far,
+        update_hit_bytes=update_bytes * update_hit,
+        uvm_update_bytes=update_miss * (1 - in_memory),
+        update_bytes_far=update_miss * in_memory * far,
     )
-    bwd["update_bytes_half" if half else f"update_bytes_d{dim_class(cols)}"] = update_bytes * in_memory
+    bwd["update_bytes_half" if half else f"update_bytes_d{dim_class(cols)}"] = update_miss * in_memory
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
 
 
@@ -133,13 +200,13 @@ def hardware_coefficients(hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per unit of each term, from a hardware profile's bandwidths and overheads."""
     mem, cache, uvm = 1 / (hw.mem_bw_gbps * 1e9), 1 / (hw.cache_bw_gbps * 1e9), 1 / (hw.uvm_bw_gbps * 1e9)
     fwd = dict(
-        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache,
+        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache, llc_bytes=cache,
         accum_bytes=0.0, uvm_miss_bytes=uvm, out_bytes=mem, miss_bytes_half=mem, miss_bytes_far=0.0,
         **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     bwd = dict(
         table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, out_bytes=mem,
-        accum_bytes=cache, uvm_update_bytes=uvm, update_bytes_half=mem, update_bytes_far=0.0,
+        accum_bytes=cache, update_hit_bytes=cache, uvm_update_bytes=uvm, update_bytes_half=mem, update_bytes_far=0.0,
         **{f"update_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from shardopt.costmodel.analytic import calibrated_hardware
 from shardopt.costmodel.calibrate import calibrate
 from shardopt.costmodel.learned import EPOCHS, KernelPredictor, LearnedParts, train_parts
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
@@ -38,6 +39,7 @@ def hardware_of(manifest: dict, source: str) -> str:
 
 def calibrated_seconds(hw: Hardware, parts: LearnedParts, samples: Sequence[KernelSample]) -> np.ndarray:
     c = parts.calibration
+    hw = calibrated_hardware(hw, c)
     out = []
     for s in samples:
         f, b = kernel_terms(hw, s.shards)

@@ -6,6 +6,9 @@ candidate whose largest piece is smallest. Every busy rank also pays the model's
 (kernel calls, collective latency), at least the cheapest kind's: with k busy ranks the most loaded
 carries at least total/k + overhead, which is smallest at k = world size.
 
+A model whose shard costs depend on the rank's other shards (a shared cache) prices each piece
+for the bound by its floor, the piece with the caches to itself.
+
 When the model reads a rank's communication off measured all-to-all curves (not additive), the
 bound splits each rank's cost into compute (additive) and traffic: the ranks' mean traffic time is
 at least the curves' convex minorant at the mean bytes, and the rank holding the largest piece
@@ -29,6 +32,14 @@ def balance_lower_bound(
     piece_costs: Mapping[str, Sequence[Sequence[ShardCost]]],
 ) -> float:
     """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds."""
+    if type(cost_model).shard_floor is not CostModel.shard_floor:
+        # The search priced shards on an average rank; a bound must add up floors.
+        from shardopt.search.greedy import piece_costs as costs_of
+
+        piece_costs = {
+            name: [costs_of(workload, cost_model, c, floor=True) for c in candidates[name]]
+            for name in piece_costs
+        }
     world = workload.topology.world_size
     kinds = {c.sharding_type for per in candidates.values() for c in per}
     overhead = min(cost_model.rank_overhead_ms(workload, {kind}) for kind in kinds)
@@ -58,7 +69,7 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
         table = by_name[name]
         cands = candidates[name]
         compute += min(sum(p.fwd_compute_ms + p.bwd_compute_ms for p in pieces) for pieces in per_candidate)
-        sent = [_piece_bytes(workload, table, c) for c in cands]
+        sent = [piece_bytes(workload, table, c) for c in cands]
         # The least bytes any cut of this table sends, by collective (each a valid floor).
         traffic = traffic + CommBytes(
             ids=min(sum(b.ids for b in per) for per in sent),
@@ -99,7 +110,7 @@ def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_se
         table = by_name[name]
         cuts = []
         for cand, pieces in zip(candidates[name], per_candidate):
-            sent = _piece_bytes(workload, table, cand)
+            sent = piece_bytes(workload, table, cand)
             ids = sum(b.ids for b in sent)
             pooled = sum(b.pooled + b.host_local for b in sent)
             share = sum(b.allreduce for b in sent) * (world - 1) / world
@@ -130,7 +141,7 @@ def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_se
     return best
 
 
-def _piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:
+def piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:
     """What each piece's rank sends for it (a hot-row cut: its cold rows plus the replica's share)."""
     owner, extra = table, CommBytes()
     if cand.replicated_rows:

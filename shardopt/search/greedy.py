@@ -141,31 +141,33 @@ class GreedySearch:
         raise failure
 
 
-def piece_costs(workload: Workload, model: CostModel, cand: Candidate) -> list[ShardCost]:
-    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any)."""
+def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:
+    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any); with
+    ``floor``, the model's floor under it (what a lower bound adds up)."""
     table = workload.table(cand.table)
+    cost = model.shard_floor if floor else model.shard_cost
     if cand.replicated_rows:
-        return _hot_row_costs(workload, model, cand, table)
+        return _hot_row_costs(workload, cost, cand, table)
     by_shape: dict[tuple[int, int], ShardCost] = {}
     for p in cand.pieces:
         if (p.rows, p.cols) not in by_shape:
-            by_shape[p.rows, p.cols] = model.shard_cost(
+            by_shape[p.rows, p.cols] = cost(
                 workload, table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel,
                 cand.cache_load_factor,
             )
     return [by_shape[p.rows, p.cols] for p in cand.pieces]
 
 
-def _hot_row_costs(workload, model, cand: Candidate, table) -> list[ShardCost]:
+def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
     from shardopt.hotrows import split_table
 
     hot, cold = split_table(table, cand.replicated_rows)
-    replica = model.shard_cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)
+    replica = cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)
     by_shape: dict[tuple[int, int], ShardCost] = {}
     for p in cand.pieces:
         if (p.rows, p.cols) in by_shape:
             continue
-        c = model.shard_cost(workload, cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel)
+        c = cost(workload, cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel)
         by_shape[p.rows, p.cols] = ShardCost(
             c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
             c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
