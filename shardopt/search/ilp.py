@@ -16,6 +16,7 @@ plan is re-scored by the whole cost model and its bottleneck repaired (``repair.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -25,8 +26,11 @@ from ortools.sat.python import cp_model
 from shardopt.costmodel.base import CostModel
 from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
+from shardopt.costmodel.comm_curve import CommCurves
+from shardopt.search.bound import piece_bytes
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
+from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
 from shardopt.workload import Workload
 
@@ -95,7 +99,8 @@ class IlpSearch:
         # Replicas (data-parallel tables, hot rows) add an all-reduce every rank pays once.
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
-        model = _Model(workload, candidates, costs, replica_ms)
+        curves = getattr(cost_model, "comm_curves", lambda w: None)(workload)
+        model = _Model(workload, candidates, costs, replica_ms, curves)
         model.hint(model.canonical(greedy.tables))
         solver = cp_model.CpSolver()
         # The wall-clock limit is the user's (less the repair's share); the deterministic limit,
@@ -126,11 +131,24 @@ class IlpSearch:
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
 
 
+def _most_bytes(workload: Workload, candidates: dict[str, list[Candidate]]) -> dict[str, float]:
+    """Per collective, more bytes than any rank can send: every table's largest cut, summed."""
+    world = workload.topology.world_size
+    most = {"ids": 0.0, "pooled": 0.0, "allreduce": 0.0}
+    for name, cands in candidates.items():
+        per = [piece_bytes(workload, workload.table(name), c) for c in cands]
+        most["ids"] += max(sum(b.ids for b in pieces) for pieces in per)
+        most["pooled"] += max(sum(b.pooled + b.host_local for b in pieces) for pieces in per)
+        most["allreduce"] += max(sum(b.allreduce for b in pieces) for pieces in per) * (world - 1) / world
+    return {key: max(value, 1.0) for key, value in most.items()}
+
+
 class _Model:
     """The CP-SAT model and the variables needed to read a plan back."""
 
     def __init__(
-        self, workload: Workload, candidates: dict[str, list[Candidate]], costs, replica_ms: float = 0.0
+        self, workload: Workload, candidates: dict[str, list[Candidate]], costs, replica_ms: float = 0.0,
+        curves: CommCurves | None = None,
     ) -> None:
         topo = workload.topology
         self.workload = workload
@@ -152,8 +170,23 @@ class _Model:
         self.place: dict[tuple[str, int, int], dict[int, cp_model.IntVar]] = {}
         self.host: dict[tuple[str, int], dict[int, cp_model.IntVar]] = {}
 
-        def charge(rank, cost, literal, pin=None):
-            load[rank].append((int(round(cost.total_ms * self.scale)), literal))
+        # With measured comm curves, shards are charged their compute and their bytes; each rank's
+        # all-to-all time is then read off the curves for its total bytes (ilp_comm.py).
+        sent: list[dict[str, list]] = [{"ids": [], "pooled": [], "allreduce": []} for _ in range(world)]
+        most = _most_bytes(workload, candidates) if curves else {}
+        unit = {key: byte_unit(size) for key, size in most.items()}
+
+        def charge(rank, cost, literal, pin=None, sent_bytes=None):
+            if curves is None:
+                load[rank].append((int(round(cost.total_ms * self.scale)), literal))
+            else:
+                compute = cost.fwd_compute_ms + cost.bwd_compute_ms
+                load[rank].append((int(round(compute * self.scale)), literal))
+                parts = {"ids": sent_bytes.ids, "pooled": sent_bytes.pooled + sent_bytes.host_local,
+                         "allreduce": sent_bytes.allreduce * (world - 1) / world}
+                for key, size in parts.items():
+                    if size > 0:
+                        sent[rank][key].append((in_units(size, unit[key]), literal))
             memory[rank].append((cost.hbm_bytes, literal))
             if cost.ddr_bytes:
                 ddr[rank // local].append((cost.ddr_bytes, literal))
@@ -168,9 +201,10 @@ class _Model:
                 self.choose[name, c] = x
                 chosen.append(x)
                 pcosts = costs[name][c]
+                pbytes = piece_bytes(workload, workload.table(name), cand) if curves else [None] * len(pcosts)
                 if cand.placement == "fixed":
-                    for rank, cost in enumerate(pcosts):
-                        charge(rank, cost, x, pin=(name, c))
+                    for rank, (cost, b) in enumerate(zip(pcosts, pbytes)):
+                        charge(rank, cost, x, pin=(name, c), sent_bytes=b)
                     continue
                 hosts = range(topo.num_hosts) if cand.placement == "host" else [None]
                 host_vars = {}
@@ -180,11 +214,11 @@ class _Model:
                     self.host[name, c] = host_vars
                     # Host-bound cuts live on exactly one host when chosen.
                     cp.add(sum(host_vars.values()) == x)
-                for p, cost in enumerate(pcosts):
+                for p, (cost, b) in enumerate(zip(pcosts, pbytes)):
                     if cand.placement == "host" and cand.sharding_type == "table_row_wise":
                         for h, hv in host_vars.items():
                             # piece p on the host's p-th rank
-                            charge(h * local + p, cost, hv, pin=(name, c, h))
+                            charge(h * local + p, cost, hv, pin=(name, c, h), sent_bytes=b)
                         continue
                     for h in hosts:
                         ranks = range(world) if h is None else range(h * local, (h + 1) * local)
@@ -193,7 +227,7 @@ class _Model:
                             y = cp.new_bool_var(f"y[{name},{c},{p},{rank}]")
                             self.place.setdefault((name, c, p), {})[rank] = y
                             ys.append(y)
-                            charge(rank, cost, y)
+                            charge(rank, cost, y, sent_bytes=b)
                         # Each piece of a chosen cut sits on exactly one rank (of its host).
                         cp.add(sum(ys) == (x if h is None else host_vars[h]))
                 if cand.placement != "fixed" and len(cand.pieces) > 1:
@@ -208,7 +242,7 @@ class _Model:
         replicating = [self.choose[name, c] for name, cands in candidates.items()
                        for c, cand in enumerate(cands)
                        if cand.sharding_type == "data_parallel" or cand.replicated_rows]
-        if replicating and replica_ms > 0:
+        if replicating and replica_ms > 0 and curves is None:
             # One gradient all-reduce (its latency) on every rank once any table is replicated.
             any_replica = cp.new_bool_var("any_replica")
             for x in replicating:
@@ -225,8 +259,21 @@ class _Model:
             for host_terms in ddr:
                 if host_terms:
                     cp.add(sum(b * lit for b, lit in host_terms) <= topo.ddr_cap)
+        top = 2 * COST_RESOLUTION
+        if curves is not None:
+            # A rank's comm, as replay reads it: ids out, pooled embeddings back and their
+            # gradients (twice the pooled curve), a ring all-reduce of replicas' gradients.
+            for key, pattern, weight in (("ids", "even", 1), ("pooled", "pooled", 2), ("allreduce", "even", 2)):
+                points = breakpoints(curves, world, pattern, most[key])
+                seconds = lambda size, p=pattern: curves.seconds(world, p, size)  # noqa: E731
+                top += weight * (math.ceil(seconds(points[-1]) * 1e3 * self.scale) + 1)
+                for rank in range(world):
+                    cost = curve_cost(cp, seconds, points, sent[rank][key], unit[key], self.scale,
+                                      f"{key},{rank}")
+                    if cost is not None:
+                        load[rank].append((weight, cost))
         # The bottleneck bounds every rank's load; minimising it balances the ranks.
-        self.bottleneck = cp.new_int_var(0, 2 * COST_RESOLUTION, "bottleneck")
+        self.bottleneck = cp.new_int_var(0, top, "bottleneck")
         for rank in range(world):
             if load[rank]:
                 cp.add(sum(w * lit for w, lit in load[rank]) <= self.bottleneck)
