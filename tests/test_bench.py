@@ -68,6 +68,15 @@ def test_gate_passes_on_the_same_planner_and_fails_on_a_worse_setting(unit_run):
     assert not ok and "FAIL: no valid plan (memory)" in table
 
 
+def test_gate_names_a_changed_cost_model_instead_of_diffing_its_predictions(unit_run):
+    _, entries, _ = unit_run
+    baseline = {**baseline_data(entries, "unit"), "cost_model": "cpu.json@000000000000"}
+    ok, message = check(entries, baseline)
+    assert not ok
+    assert message.startswith("cost_model: the baseline was predicted with cpu.json@000000000000")
+    assert "--update" in message and "\n" not in message
+
+
 def test_bench_cli_gate_and_report(runner, tmp_path, unit_run):
     base = tmp_path / "baseline.json"
     result = run_cli(runner, "bench", "--suite", "unit", "--check", base, "--update")

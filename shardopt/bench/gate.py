@@ -18,12 +18,28 @@ BASELINE_FORMAT = "shardopt-bench-baseline"
 TOLERANCE = 0.02
 
 
+def pinned_model() -> str:
+    """The packaged CPU cost model the gate's predictions come from: its name and file digest.
+
+    Predictions from another model are not comparable task by task, so a baseline names its model
+    and a changed model is reported as that, not as a wall of regressions.
+    """
+    import hashlib
+
+    from shardopt.costmodel.registry import embedded_model_path
+
+    path = embedded_model_path("cpu")
+    if path is None:
+        return "analytic-v0"
+    return f"{path.name}@{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
+
+
 def baseline_data(entries: list[Entry], suite: str, planner: str = "shardopt") -> dict:
     from shardopt import __version__
 
     return {
         "format": BASELINE_FORMAT, "version": 1, "suite": suite, "planner": planner,
-        "shardopt": __version__, "tolerance": TOLERANCE,
+        "shardopt": __version__, "cost_model": pinned_model(), "tolerance": TOLERANCE,
         "tasks": {e.task: round(e.predicted_ms, 6) for e in entries
                   if e.planner == planner and e.valid and e.predicted_ms is not None},
     }
@@ -48,6 +64,14 @@ def read_baseline(path: Path) -> dict:
 def check(entries: list[Entry], baseline: dict, planner: str = "shardopt") -> tuple[bool, str]:
     """(passed, a readable table of every task: baseline, now, change, verdict)."""
     tolerance = float(baseline.get("tolerance", TOLERANCE))
+    model = pinned_model()
+    if baseline.get("cost_model", model) != model:
+        return False, (
+            f"cost_model: the baseline was predicted with {baseline['cost_model']}, this run with"
+            f" {model}; predictions of two models are not comparable. Replay the benchmark"
+            " (shardopt bench --suite full --rounds 5 -o benchmarks/results/bench) and, if plan"
+            " quality holds, rewrite the baseline with --update."
+        )
     now = {e.task: e for e in entries if e.planner == planner}
     lines = [f"{'task':<12} {'baseline ms':>12} {'now ms':>12} {'change':>8}  verdict"]
     ok = True
