@@ -24,7 +24,7 @@ from shardopt.memory import plan_memory
 from shardopt.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
-from shardopt.profile.tbe import measure_kernel
+from shardopt.profile.tbe import PreparedKernel
 from shardopt.workload import Workload
 
 
@@ -135,6 +135,82 @@ def _rank_bags(
     return out
 
 
+class PlanReplay:
+    """A plan ready to replay: the lookups each rank receives, its comm and memory; each rank's
+    kernels are built on demand (one rank at a time keeps memory to a rank's tables) and can be
+    timed as often as a benchmark wants, interleaved with other plans'."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        plan: Plan,
+        *,
+        backend: str = "auto",
+        device: str = "cpu",
+        seed: int = 0,
+        comm: Optional[CommSource] = None,
+    ) -> None:
+        from dataclasses import replace
+
+        from shardopt.hotrows import expand
+
+        # Hot-row tables run as a data-parallel hot table and a row-wise cold one (ids remapped).
+        self.workload, expanded = expand(workload, plan.tables)
+        self.plan = replace(plan, tables=expanded)
+        self.backend = resolve_backend(backend)
+        self.device = device
+        self.comm = comm or DeclaredBandwidthComm()
+        world = self.workload.topology.world_size
+        global_batch = self.workload.batch_size * world
+        self.batches = {
+            t.name: sample_bags(t, global_batch, np.random.default_rng([seed, i]))
+            for i, t in enumerate(self.workload.tables)
+        }
+        self.notes = tuple(sorted(
+            {
+                f"{t.data_type} tables are measured at {measured_precision(t.data_type, device)}"
+                for t in self.workload.tables
+                if measured_precision(t.data_type, device) != t.data_type
+            }
+        ))
+        self.comm_ms = self.comm.rank_comm_ms(self.workload, self.plan.tables)
+        self.hbm, _ = plan_memory(self.workload, self.plan.tables)
+
+    @property
+    def world(self) -> int:
+        return self.workload.topology.world_size
+
+    def build_rank(self, rank: int) -> list[PreparedKernel]:
+        """The rank's fused kernels (one per precision, replicas apart), built with their inputs."""
+        groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
+        return [
+            PreparedKernel([spec for spec, _ in members], [bags for _, bags in members],
+                           backend=self.backend, device=self.device, precision=precision)
+            for (precision, _), members in sorted(groups.items())
+        ]
+
+    def time_rank(self, rank: int, kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> RankReplay:
+        fwd = bwd = fwd_spread = bwd_spread = 0.0
+        for kernel in kernels:
+            m = kernel.time(warmup, iters)
+            fwd += m.fwd.median_us / 1e3
+            bwd += m.bwd.median_us / 1e3
+            fwd_spread += (m.fwd.p75_us - m.fwd.p25_us) / 1e3
+            bwd_spread += (m.bwd.p75_us - m.bwd.p25_us) / 1e3
+        return self.rank_replay(rank, fwd, bwd, fwd_spread, bwd_spread, len(kernels))
+
+    def rank_replay(self, rank, fwd, bwd, fwd_spread=0.0, bwd_spread=0.0, kernels=0) -> RankReplay:
+        fcomm, bcomm = self.comm_ms[rank]
+        measured = RankBreakdown(
+            rank=rank, fwd_compute_ms=fwd, bwd_compute_ms=bwd, fwd_comm_ms=fcomm,
+            bwd_comm_ms=bcomm, total_ms=fwd + bwd + fcomm + bcomm, hbm_bytes=self.hbm[rank],
+        )
+        return RankReplay(measured, fwd_spread, bwd_spread, kernels)
+
+    def result(self, ranks: Sequence[RankReplay]) -> ReplayResult:
+        return ReplayResult(tuple(ranks), self.backend, self.device, self.comm.name, self.notes)
+
+
 def replay_plan(
     workload: Workload,
     plan: Plan,
@@ -150,52 +226,12 @@ def replay_plan(
     """Measure every rank's fused kernels; ``progress`` is called with each finished rank."""
     import torch
 
-    from dataclasses import replace
-
-    from shardopt.hotrows import expand
-
-    # Hot-row tables run as a data-parallel hot table and a row-wise cold one (ids remapped).
-    workload, expanded = expand(workload, plan.tables)
-    plan = replace(plan, tables=expanded)
-    backend = resolve_backend(backend)
-    comm = comm or DeclaredBandwidthComm()
     if device == "cpu":
         torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
-    world = workload.topology.world_size
-    global_batch = workload.batch_size * world
-    batches = {
-        t.name: sample_bags(t, global_batch, np.random.default_rng([seed, i]))
-        for i, t in enumerate(workload.tables)
-    }
-    notes = sorted(
-        {
-            f"{t.data_type} tables are measured at {measured_precision(t.data_type, device)}"
-            for t in workload.tables
-            if measured_precision(t.data_type, device) != t.data_type
-        }
-    )
-    comm_ms = comm.rank_comm_ms(workload, plan.tables)
-    hbm, _ = plan_memory(workload, plan.tables)
+    replay = PlanReplay(workload, plan, backend=backend, device=device, seed=seed, comm=comm)
     ranks = []
-    for rank in range(world):
-        fwd = bwd = fwd_spread = bwd_spread = 0.0
-        groups = _rank_bags(workload, plan, rank, batches, device)
-        for (precision, _), members in sorted(groups.items()):
-            specs = [spec for spec, _ in members]
-            m = measure_kernel(
-                specs, [bags for _, bags in members], backend=backend, device=device,
-                precision=precision, warmup=warmup, iters=iters,
-            )
-            fwd += m.fwd.median_us / 1e3
-            bwd += m.bwd.median_us / 1e3
-            fwd_spread += (m.fwd.p75_us - m.fwd.p25_us) / 1e3
-            bwd_spread += (m.bwd.p75_us - m.bwd.p25_us) / 1e3
-        fcomm, bcomm = comm_ms[rank]
-        measured = RankBreakdown(
-            rank=rank, fwd_compute_ms=fwd, bwd_compute_ms=bwd, fwd_comm_ms=fcomm,
-            bwd_comm_ms=bcomm, total_ms=fwd + bwd + fcomm + bcomm, hbm_bytes=hbm[rank],
-        )
-        ranks.append(RankReplay(measured, fwd_spread, bwd_spread, len(groups)))
+    for rank in range(replay.world):
+        ranks.append(replay.time_rank(rank, replay.build_rank(rank), warmup, iters))
         if progress:
             progress(rank)
-    return ReplayResult(tuple(ranks), backend, device, comm.name, tuple(notes))
+    return replay.result(ranks)

@@ -2,8 +2,8 @@
 
 Per task every planner plans the same workload; each plan is scored by the pinned default model
 (predicted bottleneck), checked (validity), sized (memory headroom) and, with ``rounds``, replayed in
-interleaved rounds (planners in a rotated order each round, medians kept), so a drift of the machine
-hits every planner alike. The lower bound is shardopt's for the task.
+interleaved rounds (rank by rank, planners in a rotated order each round, per-rank medians kept),
+so a drift of the machine hits every planner alike. The lower bound is shardopt's for the task.
 """
 
 from __future__ import annotations
@@ -116,17 +116,46 @@ def run_suite(
 
 
 def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
-    from shardopt.replay import packaged_cpu_comm, replay_plan
+    """Every plan replayed ``rounds`` times, rank by rank and side by side.
 
+    For each rank index, the planners' kernels for that rank are built once and timed in turns
+    (a rotated order each round), so a drift of the machine within seconds hits every planner
+    alike. A plan's replayed bottleneck is the max over ranks of each rank's median: medians
+    first, so timing noise on several near-equal ranks does not inflate the max (which would
+    penalise the best-balanced plans). ``replayed_runs`` keeps each round's bottleneck.
+    """
+    import torch
+
+    from shardopt.replay import PlanReplay, packaged_cpu_comm
+
+    torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
     comm = packaged_cpu_comm()
-    for i in range(rounds):
-        order = entries[i % len(entries):] + entries[: i % len(entries)]
-        for e in order:
-            result = replay_plan(task.workload, plans[task.name, e.planner], comm=comm, warmup=2, iters=5)
-            e.replayed_runs.append(result.bottleneck.total_ms)
-            plans[task.name, e.planner, "replayed"] = result.per_rank  # the last round's, for plots
+    replays = {e.planner: PlanReplay(task.workload, plans[task.name, e.planner], comm=comm) for e in entries}
+    world = task.workload.topology.world_size
+    timed: dict[str, list[list]] = {e.planner: [[] for _ in range(world)] for e in entries}
+    for rank in range(world):
+        kernels = {name: replay.build_rank(rank) for name, replay in replays.items()}
+        for i in range(rounds):
+            order = entries[i % len(entries):] + entries[: i % len(entries)]
+            for e in order:
+                timed[e.planner][rank].append(
+                    replays[e.planner].time_rank(rank, kernels[e.planner], warmup=2, iters=5)
+                )
+        del kernels
     for e in entries:
-        e.replayed_ms = statistics.median(e.replayed_runs)
+        replay = replays[e.planner]
+        per_rank = [
+            replay.rank_replay(
+                rank,
+                statistics.median(r.measured.fwd_compute_ms for r in timed[e.planner][rank]),
+                statistics.median(r.measured.bwd_compute_ms for r in timed[e.planner][rank]),
+            ).measured
+            for rank in range(world)
+        ]
+        e.replayed_ms = max(r.total_ms for r in per_rank)
+        e.replayed_runs = [max(timed[e.planner][rank][i].measured.total_ms for rank in range(world))
+                           for i in range(rounds)]
+        plans[task.name, e.planner, "replayed"] = tuple(per_rank)
 
 
 def entries_to_json(entries: list[Entry]) -> list[dict]:
