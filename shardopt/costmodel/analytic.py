@@ -17,7 +17,7 @@ import numpy as np
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.terms import (
-    INDEX_BYTES, OUTPUT_BYTES, cache_rows, cache_times, hardware_coefficients, shard_terms,
+    INDEX_BYTES, OUTPUT_BYTES, cache_rows, cache_times, hardware_coefficients, kernel_cache, shard_terms,
 )
 from shardopt.hardware import Hardware, hardware_for
 from shardopt.memory import shard_memory
@@ -269,17 +269,6 @@ class AnalyticCostModel(CostModel):
         return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
-    def _kernel_cache(self, workload: Workload, hw: Hardware, members) -> tuple[tuple[float, float], float]:
-        """(cache times, footprint) of one fused kernel's shards, which share the rank's cache."""
-        rows = [
-            cache_rows(hw, p.table, p.rows, p.cols,
-                       lookups=shard_lookups(workload, p.table, p.sharding_type, p.rows),
-                       optimizer=workload.optimizer)
-            for p in members
-        ]
-        span = sum(p.rows * p.cols * p.table.element_bytes for p in members)
-        return cache_times(hw, rows), span
-
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         from shardopt.hotrows import expand
 
@@ -292,7 +281,10 @@ class AnalyticCostModel(CostModel):
         kinds: dict[int, set[str]] = defaultdict(set)
         for rank, kernels in enumerate(rank_kernels(workload, tables, workload.topology.compute_device)):
             for members in kernels.values():
-                cache = self._kernel_cache(workload, hw, members)
+                cache = kernel_cache(hw, [
+                    (p.table, p.rows, p.cols, shard_lookups(workload, p.table, p.sharding_type, p.rows))
+                    for p in members
+                ], workload.optimizer)
                 for placed in members:
                     cost = self._shard_cost(
                         workload, hw, placed.table, placed.sharding_type, placed.rows, placed.cols,

@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, cache_rows, cache_times, shard_terms
+from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, kernel_cache, shard_terms
 from shardopt.hardware import Hardware
 from shardopt.profile.dataset import tables_of
 from shardopt.workload import Table
@@ -58,16 +58,10 @@ def kernel_samples(records: Iterable[dict]) -> list[KernelSample]:
     return out
 
 
-def kernel_cache_time(hw: Hardware, shards: Sequence[KernelShard]) -> tuple[float, float]:
-    """Che's characteristic times of the caches the kernel's shards share."""
-    return cache_times(hw, [cache_rows(hw, s.table, s.rows, s.cols, lookups=s.lookups) for s in shards])
-
-
 def kernel_terms(hw: Hardware, shards: Sequence[KernelShard]) -> tuple[np.ndarray, np.ndarray]:
     """Summed forward and backward terms of a kernel's shards, which share one cache."""
     fwd, bwd = np.zeros(len(FWD_TERMS)), np.zeros(len(BWD_TERMS))
-    time = kernel_cache_time(hw, shards)
-    span = sum(s.rows * s.cols * s.table.element_bytes for s in shards)
+    time, span = kernel_cache(hw, [(s.table, s.rows, s.cols, s.lookups) for s in shards])
     for s in shards:
         f, b = shard_terms(
             hw, s.table, s.rows, s.cols, lookups=s.lookups, samples=s.samples,

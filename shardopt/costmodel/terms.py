@@ -98,6 +98,16 @@ def cache_times(hw: Hardware, rows: Sequence[CacheRows]) -> tuple[float, float]:
     return near, max(llc, near)
 
 
+def kernel_cache(
+    hw: Hardware, shards: Sequence[tuple[Table, int, int, float]], optimizer: str = "rowwise_adagrad"
+) -> tuple[tuple[float, float], float]:
+    """(cache times, footprint bytes) of one fused kernel's shards, given as (table, rows, cols,
+    lookups): what each of them passes to :func:`shard_terms` as ``cache_time`` and ``kernel_bytes``."""
+    rows = [cache_rows(hw, t, r, c, lookups=n, optimizer=optimizer) for t, r, c, n in shards]
+    span = sum(r * c * t.element_bytes for t, r, c, _ in shards)
+    return cache_times(hw, rows), span
+
+
 @lru_cache(maxsize=1 << 16)
 def _alone_times(hw: Hardware, table: Table, rows: int, cols: int, lookups: float, optimizer: str):
     """Cache times of a shard with the caches to itself (searches ask for the same ones often)."""
