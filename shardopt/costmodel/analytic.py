@@ -17,7 +17,7 @@ import numpy as np
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.terms import (
-    INDEX_BYTES, OUTPUT_BYTES, cache_rows, cache_times, hardware_coefficients, kernel_cache, shard_terms,
+    INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, kernel_cache, shard_terms,
 )
 from shardopt.hardware import Hardware, hardware_for
 from shardopt.memory import shard_memory
@@ -142,17 +142,15 @@ class AnalyticCostModel(CostModel):
         if self._cache_cache is not None and self._cache_cache[0] is workload:
             return self._cache_cache[1]
         world = workload.topology.world_size
-        rows = [
-            cache_rows(hw, t, t.num_embeddings, t.embedding_dim,
-                       lookups=shard_lookups(workload, t, "table_wise", t.num_embeddings),
-                       optimizer=workload.optimizer)
-            for t in workload.tables
-        ]
         scaled = dataclasses.replace(
             hw, cache_bytes=hw.cache_bytes * world, llc_bytes=(hw.llc_bytes or 0) * world or None
         )
-        span = sum(t.num_embeddings * t.embedding_dim * t.element_bytes for t in workload.tables) / world
-        context = (cache_times(scaled, rows), span)
+        times, span = kernel_cache(scaled, [
+            (t, t.num_embeddings, t.embedding_dim,
+             shard_lookups(workload, t, "table_wise", t.num_embeddings))
+            for t in workload.tables
+        ], workload.optimizer)
+        context = (times, span / world)
         self._cache_cache = (workload, context)
         return context
 

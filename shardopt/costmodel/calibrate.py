@@ -1,11 +1,11 @@
 """Fit the analytic model's constants to a profile by non-negative least squares.
 
 Each measured kernel gives one equation per pass: its time equals a per-kernel overhead plus the
-sum of its shards' terms times per-term constants. Rows are divided by the measured time, so the
-fit minimises relative error, which is what planning cares about. The size of the last-level cache a
-rank keeps is fitted too, by trying a grid of sizes and keeping the best fit. Terms a profile never exercises
-(UVM on a CPU) keep the hardware profile's constant. All-to-all: time = alpha + beta * bytes per
-world size, fitted the same way.
+sum of its shards' terms times per-term constants. Rows are divided by the time (measured, then
+predicted: see ``_fit``), so the fit minimises relative error, which is what planning cares about.
+The size of the last-level cache a rank keeps is fitted too, by trying a grid of sizes and keeping
+the best fit. Terms a profile never exercises (UVM on a CPU) keep the hardware profile's constant.
+All-to-all: time = alpha + beta * bytes per world size, fitted the same way.
 """
 
 from __future__ import annotations

@@ -110,12 +110,9 @@ def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_se
         table = by_name[name]
         cuts = []
         for cand, pieces in zip(candidates[name], per_candidate):
-            sent = piece_bytes(workload, table, cand)
-            ids = sum(b.ids for b in sent)
-            pooled = sum(b.pooled + b.host_local for b in sent)
-            share = sum(b.allreduce for b in sent) * (world - 1) / world
+            sent = [collective_bytes(b, world) for b in piece_bytes(workload, table, cand)]
             compute = sum(p.fwd_compute_ms + p.bwd_compute_ms for p in pieces)
-            cuts.append((compute, (ids, pooled, share)))
+            cuts.append((compute, tuple(sum(b[i] for b in sent) for i in range(3))))
         rows.append(cuts)
 
     def minorant(i: int, y: float) -> float:
@@ -139,6 +136,11 @@ def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_se
         best = max(best, total / world + const)
         anchor = [u / world for u in used]
     return best
+
+
+def collective_bytes(sent: CommBytes, world: int) -> tuple[float, float, float]:
+    """(ids, pooled, all-reduce share): the bytes a rank puts into each curve replay reads."""
+    return sent.ids, sent.pooled + sent.host_local, sent.allreduce * (world - 1) / world
 
 
 def piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:

@@ -27,7 +27,7 @@ from shardopt.costmodel.base import CostModel
 from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.search.bound import piece_bytes
+from shardopt.search.bound import collective_bytes, piece_bytes
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
@@ -134,16 +134,17 @@ class IlpSearch:
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
 
 
-def _most_bytes(workload: Workload, candidates: dict[str, list[Candidate]]) -> dict[str, float]:
+COLLECTIVES = ("ids", "pooled", "allreduce")  # the order of bound.collective_bytes
+
+
+def _most_bytes(sent_by_cut: dict[tuple[str, int], list[tuple[float, float, float]]]) -> dict[str, float]:
     """Per collective, more bytes than any rank can send: every table's largest cut, summed."""
-    world = workload.topology.world_size
-    most = {"ids": 0.0, "pooled": 0.0, "allreduce": 0.0}
-    for name, cands in candidates.items():
-        per = [piece_bytes(workload, workload.table(name), c) for c in cands]
-        most["ids"] += max(sum(b.ids for b in pieces) for pieces in per)
-        most["pooled"] += max(sum(b.pooled + b.host_local for b in pieces) for pieces in per)
-        most["allreduce"] += max(sum(b.allreduce for b in pieces) for pieces in per) * (world - 1) / world
-    return {key: max(value, 1.0) for key, value in most.items()}
+    largest: dict[tuple[str, int], float] = {}
+    for (name, _), pieces in sent_by_cut.items():
+        for i in range(len(COLLECTIVES)):
+            key = (name, i)
+            largest[key] = max(largest.get(key, 0.0), sum(b[i] for b in pieces))
+    return {c: max(sum(v for (_, i), v in largest.items() if i == k), 1.0) for k, c in enumerate(COLLECTIVES)}
 
 
 class _Model:
@@ -175,8 +176,12 @@ class _Model:
 
         # With measured comm curves, shards are charged their compute and their bytes; each rank's
         # all-to-all time is then read off the curves for its total bytes (ilp_comm.py).
-        sent: list[dict[str, list]] = [{"ids": [], "pooled": [], "allreduce": []} for _ in range(world)]
-        most = _most_bytes(workload, candidates) if curves else {}
+        sent: list[dict[str, list]] = [{key: [] for key in COLLECTIVES} for _ in range(world)]
+        sent_by_cut = {
+            (name, c): [collective_bytes(b, world) for b in piece_bytes(workload, workload.table(name), cand)]
+            for name, cands in candidates.items() for c, cand in enumerate(cands)
+        } if curves else {}
+        most = _most_bytes(sent_by_cut) if curves else {}
         unit = {key: byte_unit(size) for key, size in most.items()}
 
         def charge(rank, cost, literal, pin=None, sent_bytes=None):
@@ -185,9 +190,7 @@ class _Model:
             else:
                 compute = cost.fwd_compute_ms + cost.bwd_compute_ms
                 load[rank].append((int(round(compute * self.scale)), literal))
-                parts = {"ids": sent_bytes.ids, "pooled": sent_bytes.pooled + sent_bytes.host_local,
-                         "allreduce": sent_bytes.allreduce * (world - 1) / world}
-                for key, size in parts.items():
+                for key, size in zip(COLLECTIVES, sent_bytes):
                     if size > 0:
                         sent[rank][key].append((in_units(size, unit[key]), literal))
             memory[rank].append((cost.hbm_bytes, literal))
@@ -204,7 +207,7 @@ class _Model:
                 self.choose[name, c] = x
                 chosen.append(x)
                 pcosts = costs[name][c]
-                pbytes = piece_bytes(workload, workload.table(name), cand) if curves else [None] * len(pcosts)
+                pbytes = sent_by_cut[name, c] if curves else [None] * len(pcosts)
                 if cand.placement == "fixed":
                     for rank, (cost, b) in enumerate(zip(pcosts, pbytes)):
                         charge(rank, cost, x, pin=(name, c), sent_bytes=b)
