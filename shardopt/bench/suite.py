@@ -2,8 +2,8 @@
 
 Per task every planner plans the same workload; each plan is scored by the pinned default model
 (predicted bottleneck), checked (validity), sized (memory headroom) and, with ``rounds``, replayed in
-interleaved rounds (rank by rank, planners in a rotated order each round, per-rank medians kept),
-so a drift of the machine hits every planner alike. The lower bound is shardopt's for the task.
+interleaved rounds (every planner's every rank in a shuffled order each round, per-rank medians
+kept), so a drift of the machine hits every planner and rank alike. The lower bound is shardopt's for the task.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import Callable, Optional
 
 from shardopt.bench.tasks import Task
 from shardopt.errors import ShardoptError
+
+# Kernels (weights and optimizer state of every planner's shards) a replay window may hold at once.
+REPLAY_MEMORY_BYTES = 6 * 2**30
 
 PLANNERS = ("shardopt", "shardopt-learned", "torchrec", "random", "size-greedy", "dim-greedy",
             "lookup-greedy", "size-lookup-greedy")
@@ -115,15 +118,20 @@ def run_suite(
     return entries, plans
 
 
-def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
-    """Every plan replayed ``rounds`` times, rank by rank and side by side.
+def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int,
+                   memory_bytes: int = REPLAY_MEMORY_BYTES) -> None:
+    """Every plan replayed ``rounds`` times, all ranks and planners side by side.
 
-    For each rank index, the planners' kernels for that rank are built once and timed in turns
-    (a rotated order each round), so a drift of the machine within seconds hits every planner
-    alike. A plan's replayed bottleneck is the max over ranks of each rank's median: medians
-    first, so timing noise on several near-equal ranks does not inflate the max (which would
-    penalise the best-balanced plans). ``replayed_runs`` keeps each round's bottleneck.
+    The kernels of every (planner, rank) in a window are built once and timed in turns, in a new
+    shuffled order each round; a window holds as many ranks as fit ``memory_bytes`` (all of them
+    for the bench's tasks). Timing one rank at a time instead gave each rank its own stretch of
+    the machine's drift: on the 2-core VMs a rank's compute moved ~20% between such stretches,
+    alike for every planner (correlation 0.91), so which rank came out the bottleneck was chance
+    and evenly balanced plans paid most for it. A plan's replayed bottleneck is the max over
+    ranks of each rank's median: medians first, so timing noise on several near-equal ranks does
+    not inflate the max. ``replayed_runs`` keeps each round's bottleneck.
     """
+    import numpy as np
     import torch
 
     from shardopt.replay import PlanReplay, packaged_cpu_comm
@@ -133,13 +141,16 @@ def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -
     replays = {e.planner: PlanReplay(task.workload, plans[task.name, e.planner], comm=comm) for e in entries}
     world = task.workload.topology.world_size
     timed: dict[str, list[list]] = {e.planner: [[] for _ in range(world)] for e in entries}
-    for rank in range(world):
-        kernels = {name: replay.build_rank(rank) for name, replay in replays.items()}
-        for i in range(rounds):
-            order = entries[i % len(entries):] + entries[: i % len(entries)]
-            for e in order:
-                timed[e.planner][rank].append(
-                    replays[e.planner].time_rank(rank, kernels[e.planner], warmup=2, iters=5)
+    rng = np.random.default_rng(0)
+    for ranks in _rank_windows([sum(r.hbm[rank] for r in replays.values()) for rank in range(world)],
+                               memory_bytes):
+        kernels = {(e.planner, rank): replays[e.planner].build_rank(rank) for rank in ranks for e in entries}
+        turns = list(kernels)
+        for _ in range(rounds):
+            for i in rng.permutation(len(turns)):
+                planner, rank = turns[i]
+                timed[planner][rank].append(
+                    replays[planner].time_rank(rank, kernels[planner, rank], warmup=2, iters=5)
                 )
         del kernels
     for e in entries:
@@ -156,6 +167,21 @@ def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -
         e.replayed_runs = [max(timed[e.planner][rank][i].measured.total_ms for rank in range(world))
                            for i in range(rounds)]
         plans[task.name, e.planner, "replayed"] = tuple(per_rank)
+
+
+def _rank_windows(rank_bytes: list[int], budget: int) -> list[list[int]]:
+    """Consecutive ranks grouped so each group's kernels (every planner's) fit ``budget`` bytes;
+    a rank bigger than the budget alone is a group of its own."""
+    windows: list[list[int]] = []
+    held = 0
+    for rank, size in enumerate(rank_bytes):
+        if windows and held + size <= budget:
+            windows[-1].append(rank)
+            held += size
+        else:
+            windows.append([rank])
+            held = size
+    return windows
 
 
 def entries_to_json(entries: list[Entry]) -> list[dict]:
