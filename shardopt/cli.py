@@ -406,7 +406,8 @@ def from_torchrec(factory: str, world_size: int, local_world_size: int | None, d
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True)
 @click.option("--replay", "do_replay", is_flag=True, help="Also measure both plans on this machine.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Interleaved replay rounds (with --replay); medians are reported.")
+              help="Replay rounds (with --replay): both plans' ranks timed in a shuffled order each"
+              " round; the bottleneck is the max of per-rank medians.")
 @click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Profile whose all-to-all points give replay's communication"
               " [default: the packaged CPU profile for CPU workloads, else declared bandwidths].")
@@ -415,7 +416,6 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
             comm_profile: Path | None) -> None:
     """Plan WORKLOAD with TorchRec's planner and with shardopt; print both side by side."""
     import logging
-    import statistics
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -443,9 +443,7 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
              f"{'planner':<10} {'plan s':>7} {'predicted ms':>13}" + (f" {'replayed ms':>12}" if do_replay else "")]
     measured = {}
     if do_replay:
-        from shardopt.replay import ProfiledComm, replay_plan
-
-        from shardopt.replay import packaged_cpu_comm
+        from shardopt.replay import ProfiledComm, packaged_cpu_comm, replay_side_by_side
 
         comm = None
         if comm_profile is not None:
@@ -454,13 +452,8 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
             comm = ProfiledComm(list(ProfileDataset(comm_profile).records("a2a")), str(comm_profile))
         elif wl.topology.compute_device == "cpu":
             comm = packaged_cpu_comm()
-        runs = {"shardopt": [], "torchrec": []}
-        for i in range(rounds):
-            order = ("shardopt", "torchrec") if i % 2 == 0 else ("torchrec", "shardopt")
-            for name in order:
-                plan_obj = ours if name == "shardopt" else theirs
-                runs[name].append(replay_plan(wl, plan_obj, comm=comm).bottleneck.total_ms)
-        measured = {name: statistics.median(v) for name, v in runs.items()}
+        result = replay_side_by_side(wl, {"shardopt": ours, "torchrec": theirs}, rounds, comm=comm)
+        measured = {name: result.bottleneck_ms(name) for name in ("shardopt", "torchrec")}
     for name, seconds in (("shardopt", ours_s), ("torchrec", theirs_s)):
         line = f"{name:<10} {seconds:>7.1f} {pred[name]:>13.3f}"
         if do_replay:
@@ -469,7 +462,8 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
     ratio = f"shardopt / torchrec: predicted {pred['shardopt'] / pred['torchrec']:.3f}"
     if do_replay:
         ratio += (f", replayed {measured['shardopt'] / measured['torchrec']:.3f}"
-                  f" (medians of {rounds} interleaved rounds; comm: {comm.name if comm else 'declared bandwidths'})")
+                  f" (per-rank medians of {rounds} rounds side by side; comm:"
+                  f" {comm.name if comm else 'declared bandwidths'})")
     lines.append(ratio)
     click.echo("\n".join(lines))
 

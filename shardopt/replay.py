@@ -11,8 +11,9 @@ when one is given, else from the workload's declared bandwidths through the anal
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from shardopt.workload import Workload
 # A 2-core VM's timings wander by several percent; ten iterations keep two replays within a few.
 REPLAY_WARMUP = 3
 REPLAY_ITERS = 10
+# Kernels (weights and optimizer state of every plan's shards) a side-by-side window may hold at once.
+SIDE_BY_SIDE_MEMORY_BYTES = 6 * 2**30
 
 
 @dataclass(frozen=True)
@@ -235,3 +238,81 @@ def replay_plan(
         if progress:
             progress(rank)
     return replay.result(ranks)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Plans replayed in turns: per plan, each rank's median and each round's bottleneck."""
+
+    per_rank: dict[str, tuple[RankBreakdown, ...]]
+    runs: dict[str, list[float]]
+
+    def bottleneck_ms(self, name: str) -> float:
+        """The max over ranks of each rank's median: medians first, so timing noise on several
+        near-equal ranks does not inflate the max (which would penalise the best-balanced plans)."""
+        return max(r.total_ms for r in self.per_rank[name])
+
+
+def replay_side_by_side(
+    workload: Workload,
+    plans: Mapping[str, Plan],
+    rounds: int,
+    *,
+    comm: Optional[CommSource] = None,
+    warmup: int = 2,
+    iters: int = 5,
+    memory_bytes: int = SIDE_BY_SIDE_MEMORY_BYTES,
+) -> SideBySide:
+    """Several plans of one workload measured in turns on this machine's CPU kernels.
+
+    The kernels of every (plan, rank) in a window are built once and timed in turns, in a new
+    shuffled order each round; a window holds as many ranks as fit ``memory_bytes``. Timing one
+    rank at a time instead gave each rank its own stretch of the machine's drift: on the 2-core
+    VMs a rank's compute moved ~20% between such stretches, alike for every plan (correlation
+    0.91), so which rank came out the bottleneck was chance.
+    """
+    import torch
+
+    torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
+    replays = {name: PlanReplay(workload, plan, comm=comm) for name, plan in plans.items()}
+    world = workload.topology.world_size
+    timed: dict[str, list[list[RankReplay]]] = {name: [[] for _ in range(world)] for name in plans}
+    rng = np.random.default_rng(0)
+    for ranks in rank_windows([sum(r.hbm[rank] for r in replays.values()) for rank in range(world)],
+                              memory_bytes):
+        kernels = {(name, rank): replays[name].build_rank(rank) for rank in ranks for name in plans}
+        turns = list(kernels)
+        for _ in range(rounds):
+            for i in rng.permutation(len(turns)):
+                name, rank = turns[i]
+                timed[name][rank].append(replays[name].time_rank(rank, kernels[name, rank], warmup, iters))
+        del kernels
+    per_rank = {
+        name: tuple(
+            replay.rank_replay(
+                rank,
+                statistics.median(r.measured.fwd_compute_ms for r in timed[name][rank]),
+                statistics.median(r.measured.bwd_compute_ms for r in timed[name][rank]),
+            ).measured
+            for rank in range(world)
+        )
+        for name, replay in replays.items()
+    }
+    runs = {name: [max(timed[name][rank][i].measured.total_ms for rank in range(world)) for i in range(rounds)]
+            for name in plans}
+    return SideBySide(per_rank, runs)
+
+
+def rank_windows(rank_bytes: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive ranks grouped so each group's kernels (every plan's) fit ``budget`` bytes;
+    a rank bigger than the budget alone is a group of its own."""
+    windows: list[list[int]] = []
+    held = 0
+    for rank, size in enumerate(rank_bytes):
+        if windows and held + size <= budget:
+            windows[-1].append(rank)
+            held += size
+        else:
+            windows.append([rank])
+            held = size
+    return windows

@@ -122,10 +122,10 @@ def test_replayed_rounds_keep_every_round_and_take_per_rank_medians_first():
 
 
 def test_replay_windows_hold_every_rank_once_within_the_memory_budget():
-    from shardopt.bench.suite import _rank_windows
+    from shardopt.replay import rank_windows
 
-    assert _rank_windows([5, 5, 5, 5], 100) == [[0, 1, 2, 3]]  # the bench's tasks: one window
-    assert _rank_windows([5, 5, 5, 5], 10) == [[0, 1], [2, 3]]
+    assert rank_windows([5, 5, 5, 5], 100) == [[0, 1, 2, 3]]  # the bench's tasks: one window
+    assert rank_windows([5, 5, 5, 5], 10) == [[0, 1], [2, 3]]
     # A rank over the budget still gets a window of its own, so every rank is replayed.
-    assert _rank_windows([50, 5, 5], 10) == [[0], [1, 2]]
-    assert _rank_windows([], 10) == []
+    assert rank_windows([50, 5, 5], 10) == [[0], [1, 2]]
+    assert rank_windows([], 10) == []

@@ -190,3 +190,9 @@ def test_cli_from_torchrec_and_compare(runner, tmp_path):
     result = run_cli(runner, "compare", out, "--time-limit", "1")
     assert result.exit_code == 0, result.stderr
     assert "shardopt / torchrec: predicted" in result.stdout
+    result = run_cli(runner, "compare", out, "--time-limit", "1", "--replay", "--rounds", "2")
+    assert result.exit_code == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()]
+    replayed = [row[3] for row in rows if len(row) == 4 and row[0] in ("shardopt", "torchrec")]
+    assert len(replayed) == 2 and all(float(ms) > 0 for ms in replayed)
+    assert "per-rank medians of 2 rounds side by side" in result.stdout

@@ -9,16 +9,12 @@ shardopt's for the task.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from shardopt.bench.tasks import Task
 from shardopt.errors import ShardoptError
-
-# Kernels (weights and optimizer state of every planner's shards) a replay window may hold at once.
-REPLAY_MEMORY_BYTES = 6 * 2**30
 
 PLANNERS = ("shardopt", "shardopt-learned", "torchrec", "random", "size-greedy", "dim-greedy",
             "lookup-greedy", "size-lookup-greedy")
@@ -119,70 +115,17 @@ def run_suite(
     return entries, plans
 
 
-def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int,
-                   memory_bytes: int = REPLAY_MEMORY_BYTES) -> None:
-    """Every plan replayed ``rounds`` times, all ranks and planners side by side.
+def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
+    """Every valid plan of the task replayed side by side (:func:`shardopt.replay.replay_side_by_side`,
+    communication from the packaged CPU profile). ``replayed_runs`` keeps each round's bottleneck."""
+    from shardopt.replay import packaged_cpu_comm, replay_side_by_side
 
-    The kernels of every (planner, rank) in a window are built once and timed in turns, in a new
-    shuffled order each round; a window holds as many ranks as fit ``memory_bytes`` (all of them
-    for the bench's tasks). Timing one rank at a time instead gave each rank its own stretch of
-    the machine's drift: on the 2-core VMs a rank's compute moved ~20% between such stretches,
-    alike for every planner (correlation 0.91), so which rank came out the bottleneck was chance
-    and evenly balanced plans paid most for it. A plan's replayed bottleneck is the max over
-    ranks of each rank's median: medians first, so timing noise on several near-equal ranks does
-    not inflate the max. ``replayed_runs`` keeps each round's bottleneck.
-    """
-    import numpy as np
-    import torch
-
-    from shardopt.replay import PlanReplay, packaged_cpu_comm
-
-    torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
-    comm = packaged_cpu_comm()
-    replays = {e.planner: PlanReplay(task.workload, plans[task.name, e.planner], comm=comm) for e in entries}
-    world = task.workload.topology.world_size
-    timed: dict[str, list[list]] = {e.planner: [[] for _ in range(world)] for e in entries}
-    rng = np.random.default_rng(0)
-    for ranks in _rank_windows([sum(r.hbm[rank] for r in replays.values()) for rank in range(world)],
-                               memory_bytes):
-        kernels = {(e.planner, rank): replays[e.planner].build_rank(rank) for rank in ranks for e in entries}
-        turns = list(kernels)
-        for _ in range(rounds):
-            for i in rng.permutation(len(turns)):
-                planner, rank = turns[i]
-                timed[planner][rank].append(
-                    replays[planner].time_rank(rank, kernels[planner, rank], warmup=2, iters=5)
-                )
-        del kernels
+    result = replay_side_by_side(task.workload, {e.planner: plans[task.name, e.planner] for e in entries},
+                                 rounds, comm=packaged_cpu_comm())
     for e in entries:
-        replay = replays[e.planner]
-        per_rank = [
-            replay.rank_replay(
-                rank,
-                statistics.median(r.measured.fwd_compute_ms for r in timed[e.planner][rank]),
-                statistics.median(r.measured.bwd_compute_ms for r in timed[e.planner][rank]),
-            ).measured
-            for rank in range(world)
-        ]
-        e.replayed_ms = max(r.total_ms for r in per_rank)
-        e.replayed_runs = [max(timed[e.planner][rank][i].measured.total_ms for rank in range(world))
-                           for i in range(rounds)]
-        plans[task.name, e.planner, "replayed"] = tuple(per_rank)
-
-
-def _rank_windows(rank_bytes: list[int], budget: int) -> list[list[int]]:
-    """Consecutive ranks grouped so each group's kernels (every planner's) fit ``budget`` bytes;
-    a rank bigger than the budget alone is a group of its own."""
-    windows: list[list[int]] = []
-    held = 0
-    for rank, size in enumerate(rank_bytes):
-        if windows and held + size <= budget:
-            windows[-1].append(rank)
-            held += size
-        else:
-            windows.append([rank])
-            held = size
-    return windows
+        e.replayed_ms = result.bottleneck_ms(e.planner)
+        e.replayed_runs = result.runs[e.planner]
+        plans[task.name, e.planner, "replayed"] = result.per_rank[e.planner]
 
 
 def entries_to_json(entries: list[Entry]) -> list[dict]:
