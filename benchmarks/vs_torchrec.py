@@ -4,8 +4,9 @@
 
 1. Predicted: for every config, shardopt's plan (CP-SAT, default cost model) and TorchRec's plan
    (its planner with its defaults, time-capped) are both scored by shardopt's default cost model.
-2. Measured: on the default config both plans are replayed on this machine in interleaved rounds
-   (ours, TorchRec, ours, ...); the median of the per-round bottleneck ratios is reported.
+2. Measured: on the default config both plans are replayed on this machine side by side (every
+   rank of both plans in a shuffled order each round); the max over ranks of per-rank medians is
+   each plan's bottleneck.
 Writes benchmarks/results/vs_torchrec.md.
 """
 
@@ -67,7 +68,7 @@ def main() -> None:
     from shardopt.plan_checks import check_plan
     from shardopt.planner import plan_workload
     from shardopt.profile.dataset import ProfileDataset
-    from shardopt.replay import ProfiledComm, replay_plan
+    from shardopt.replay import ProfiledComm, replay_side_by_side
     from shardopt.search.ilp import IlpSearch
     from shardopt.workload import read_workload
 
@@ -116,32 +117,24 @@ def main() -> None:
     model_cpu = load_model(embedded_model_path(workload_hardware(workload)))[1]["trained_on"].get("cpu_id")
     comm_dir = ROOT / "shardopt/data/profiles/cpu-full"
     comm = ProfiledComm(list(ProfileDataset(comm_dir).records("a2a")), str(comm_dir.relative_to(ROOT)))
-    rounds = []
-    compute_ratios = []
+    side = replay_side_by_side(workload, {"shardopt": ours, "torchrec": theirs}, args.rounds, comm=comm)
+    rounds = [(a, b, a / b) for a, b in zip(side.runs["shardopt"], side.runs["torchrec"])]
+    mine, other = side.bottleneck_ms("shardopt"), side.bottleneck_ms("torchrec")
 
-    def compute_max(result) -> float:
-        return max(r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank)
+    def compute_max(name: str) -> float:
+        return max(r.fwd_compute_ms + r.bwd_compute_ms for r in side.per_rank[name])
 
-    for i in range(args.rounds):
-        # Alternate who goes first, so a drift of the machine within a round cancels out.
-        first, second = (ours, theirs) if i % 2 == 0 else (theirs, ours)
-        r1 = replay_plan(workload, first, comm=comm)
-        r2 = replay_plan(workload, second, comm=comm)
-        mine, other = (r1, r2) if i % 2 == 0 else (r2, r1)
-        a, b = mine.bottleneck.total_ms, other.bottleneck.total_ms
-        rounds.append((a, b, a / b))
-        compute_ratios.append(compute_max(mine) / compute_max(other))
-        print(f"round {i + 1}: shardopt {a:.1f} ms, TorchRec {b:.1f} ms", file=sys.stderr)
     lines += [
         "",
-        f"## Measured on the default config ({DEFAULT.stem}), replayed, interleaved rounds",
+        f"## Measured on the default config ({DEFAULT.stem}), replayed side by side",
         "",
-        "Replay: FBGEMM kernels on this machine, medians of 10 iterations after 3 warm-up per rank;"
-        " communication from the committed CPU all-to-all profile (gloo, 8 processes on this 2-core"
-        " host: a latency floor of ~5 ms per collective and super-linear growth past 4 MB, which"
-        " punishes a rank that sends much more than the others). Rounds alternate which plan goes"
-        f" first. Machine: {cpu_fingerprint()}; the cost model was profiled on"
-        f" {model_cpu or 'an unrecorded CPU'}.",
+        "Replay: FBGEMM kernels on this machine; every rank of both plans built once and timed in"
+        " turns (warm-up 2, median of 5 iterations per turn), all turns in a shuffled order each"
+        " round (`shardopt.replay.replay_side_by_side`, as the bench does); communication from the"
+        " committed CPU all-to-all profile (gloo, 8 processes on this 2-core host: a latency floor"
+        " of ~5 ms per collective and super-linear growth past 4 MB, which punishes a rank that"
+        f" sends much more than the others). Machine: {cpu_fingerprint()}; the cost model was"
+        f" profiled on {model_cpu or 'an unrecorded CPU'}.",
         "",
         "| round | shardopt bottleneck ms | TorchRec bottleneck ms | ratio |",
         "|---|---|---|---|",
@@ -149,10 +142,12 @@ def main() -> None:
     lines += [f"| {i + 1} | {a:.1f} | {b:.1f} | {r:.3f} |" for i, (a, b, r) in enumerate(rounds)]
     lines += [
         "",
-        f"Median ratio shardopt / TorchRec: {statistics.median(r for _, _, r in rounds):.3f}.",
+        f"Bottleneck (max over ranks of per-rank medians): shardopt {mine:.1f} ms, TorchRec"
+        f" {other:.1f} ms, ratio **{mine / other:.3f}**; median of the per-round ratios"
+        f" {statistics.median(r for _, _, r in rounds):.3f}.",
         "",
-        "Compute alone (the busiest rank's measured forward + backward kernel time, without"
-        f" communication), median ratio: {statistics.median(compute_ratios):.3f}.",
+        "Compute alone (the busiest rank's median forward + backward kernel time, without"
+        f" communication), ratio: {compute_max('shardopt') / compute_max('torchrec'):.3f}.",
     ]
     out = ROOT / "benchmarks" / "results" / "vs_torchrec.md"
     out.write_text("\n".join(lines) + "\n")
