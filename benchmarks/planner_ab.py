@@ -4,8 +4,9 @@
 
 Ideas for the planner are tried here, not on the bench's test tasks, so the report stays a
 held-out measure. Each variant plans with ``IlpSearch`` (TorchRec's cuts, 5 s) under a changed
-cost model; TorchRec's plan is the reference. All plans of a task are replayed side by side with
-the bench's protocol (``shardopt.bench.suite``), and the mean replayed ratio to TorchRec printed.
+cost model; TorchRec's plan is the reference. All plans of a task are replayed side by side as
+the bench replays them (``shardopt.replay.replay_side_by_side``), and the mean replayed ratio to
+TorchRec printed.
 
 Variants: ``analytic`` (shardopt's default), ``learned``, ``scale:K`` (compute times K: how the
 plan moves if the machine is slower than the profile), ``ensemble`` (compute averaged over the
