@@ -52,6 +52,19 @@ def test_sweeps_are_deterministic():
     assert [point_key(p) for p in a.tbe] != [point_key(p) for p in build_sweep("full", "cpu", 4).tbe]
 
 
+def test_more_rank_points_extend_a_profile_without_changing_its_points(monkeypatch):
+    """The committed CPU profile grew from 100 to 1000 rank-shaped points by resuming: the
+    points drawn before keep their keys, so a resumed sweep measures only the new ones."""
+    import shardopt.profile.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "RANK_POINTS", 100)
+    before = [point_key(p) for p in build_sweep("full", "cpu").tbe]
+    monkeypatch.setattr(sweep_module, "RANK_POINTS", 130)
+    after = [point_key(p) for p in build_sweep("full", "cpu").tbe]
+    assert after[: len(before)] == before
+    assert len(after) == len(before) + 30 and len(set(after)) == len(after)
+
+
 def test_cuda_sweep_plans_memory_tiers_and_no_single_gpu_nccl():
     sweep = build_sweep("full", "cuda", backend="fbgemm")
     assert {p["location"] for p in sweep.tbe} == {"hbm", "uvm", "uvm_caching"}

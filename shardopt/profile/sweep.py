@@ -27,6 +27,9 @@ from shardopt.profile.dataset import (
 from shardopt.synth import trace_histograms
 
 PRESETS = ("unit", "smoke", "full")
+# Rank-shaped fused points in the full CPU preset: planning compares ranks, so the model must
+# know how a rank's shards slow each other down, not only how tables cost alone.
+RANK_POINTS = 1000
 DATASET_VERSION = 1
 DIMS = (16, 32, 64, 128, 256)
 
@@ -168,7 +171,7 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
             _cap_lookups(tables, batch, max_lookups * 4)  # a replayed CPU rank sees ~1M lookups
             tbe.append(_tbe(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
         if not on_cuda:
-            tbe.extend(_rank_like_points(rng, 100, max_elems * 4, max_lookups * 4))
+            tbe.extend(_rank_like_points(rng, RANK_POINTS, max_elems * 4, max_lookups * 4))
         sizes = tuple(int(2**k) for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
         comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4, 8)}
         notes = (
