@@ -8,7 +8,8 @@ cost model; TorchRec's plan is the reference. All plans of a task are replayed s
 the bench replays them (``shardopt.replay.replay_side_by_side``), and the mean replayed ratio to
 TorchRec printed.
 
-Variants: ``analytic`` (shardopt's default), ``learned``, ``scale:K`` (compute times K: how the
+Variants: ``analytic`` (shardopt's default), ``learned``, ``analytic@FILE`` and ``learned@FILE``
+(either model of another model file, e.g. one trained on a new profile), ``scale:K`` (compute times K: how the
 plan moves if the machine is slower than the profile), ``ensemble`` (compute averaged over the
 analytic and learned models).
 """
@@ -91,7 +92,14 @@ class VariantSearch:
     def search(self, workload, cost_model):
         from shardopt.costmodel.registry import resolve_cost_model
 
-        if self.variant == "learned":
+        kind, _, path = self.variant.partition("@")
+        if path and kind in ("analytic", "learned"):
+            cost_model, _ = resolve_cost_model(path, workload)  # a model file's learned nets
+            if kind == "analytic":
+                from shardopt.costmodel.analytic import AnalyticCostModel
+
+                cost_model = AnalyticCostModel(calibration=cost_model.parts.calibration)
+        elif self.variant == "learned":
             cost_model, _ = resolve_cost_model("learned", workload)
         elif self.variant == "ensemble":
             cost_model = EnsembleCompute(cost_model, resolve_cost_model("learned", workload)[0])
