@@ -94,11 +94,12 @@ class VariantSearch:
 
         kind, _, path = self.variant.partition("@")
         if path and kind in ("analytic", "learned"):
-            cost_model, _ = resolve_cost_model(path, workload)  # a model file's learned nets
-            if kind == "analytic":
-                from shardopt.costmodel.analytic import AnalyticCostModel
+            from shardopt.costmodel.learned_model import LearnedCostModel
+            from shardopt.costmodel.store import load_model
 
-                cost_model = AnalyticCostModel(calibration=cost_model.parts.calibration)
+            parts, _ = load_model(path)  # as benchmarks/accuracy.py --also reads a model file
+            cost_model = (AnalyticCostModel(calibration=parts.calibration) if kind == "analytic"
+                          else LearnedCostModel(parts))
         elif self.variant == "learned":
             cost_model, _ = resolve_cost_model("learned", workload)
         elif self.variant == "ensemble":
