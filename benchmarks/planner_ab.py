@@ -99,7 +99,7 @@ class VariantSearch:
 
             parts, _ = load_model(path)  # as benchmarks/accuracy.py --also reads a model file
             cost_model = (AnalyticCostModel(calibration=parts.calibration) if kind == "analytic"
-                          else LearnedCostModel(parts))
+                          else LearnedCostModel(parts, device=workload.topology.compute_device))
         elif self.variant == "learned":
             cost_model, _ = resolve_cost_model("learned", workload)
         elif self.variant == "ensemble":
