@@ -55,7 +55,10 @@ def main() -> None:
               help="ilp: CP-SAT over all candidates, warm-started by greedy; greedy: the warm start"
               " alone. Both re-score ranks with the cost model and repair the bottleneck.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=5.0,
-              show_default=True, help="Seconds the search may take (solver plus repair).")
+              show_default=True,
+              help="Search effort, in seconds on a 2-core machine: it sizes the solver's deterministic"
+              " work limit and the repair's count of re-scores, so the same input gives the same"
+              " plan on a busy machine; the wall clock stops a search only past 3x this.")
 @click.option("--candidates", "candidate_set", type=click.Choice(["torchrec", "all"]),
               default="torchrec", show_default=True,
               help="torchrec: only cuts TorchRec runs as is; all: also row-wise over a subset of ranks"

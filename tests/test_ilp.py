@@ -97,6 +97,20 @@ def test_same_input_same_plan_and_time_limit_respected():
     assert plans[0].predicted.lower_bound_ms <= plans[0].predicted.max_ms
 
 
+def test_a_solve_cut_by_the_wall_clock_says_so(monkeypatch):
+    # The deterministic limit normally stops CP-SAT; when the far wall-clock guard does, the plan
+    # may differ between runs, and the plan file's status must say it.
+    import shardopt.search.ilp as ilp
+
+    workload, _ = read_workload(CONFIGS / "dlrm-medium.yaml")
+    search = IlpSearch(time_limit_s=2, good_enough_gap=0.0)
+    plan_workload(workload, search=search)
+    assert "wall clock" not in search.last_report.status
+    monkeypatch.setattr(ilp, "WALL_GUARD", 1e-4)
+    plan = plan_workload(workload, search=search)
+    assert "stopped by the wall clock" in plan.predicted.search.status
+
+
 def test_cli_plans_with_the_ilp(runner, tmp_path):
     from conftest import run_cli
 

@@ -46,6 +46,27 @@ def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium):
     assert again.tables == fixed.tables
 
 
+def test_repair_cut_by_its_deadline_says_so(medium):
+    import time
+
+    from shardopt.search.greedy import SearchResult
+    from shardopt.search.repair import repaired
+
+    workload, model = medium
+    plan = plan_workload(workload, cost_model=model, search=GreedySearch(repair_s=0))
+    lopsided = tuple(
+        replace(tp, shards=tuple(replace(s, rank=0) for s in tp.shards))
+        if i < 10 and tp.sharding_type == "table_wise" else tp
+        for i, tp in enumerate(plan.tables)
+    )
+    far = repair_bottleneck(workload, model, lopsided, time_budget_s=5, deadline=time.perf_counter() + 600)
+    assert far.moves > 0 and not far.cut_by_clock
+    cut = repaired(workload, model, SearchResult(lopsided, 0.0, status="FEASIBLE"), 5,
+                   deadline=time.perf_counter())
+    assert cut.repair_moves == 0
+    assert cut.status == "FEASIBLE (repair stopped by the wall clock; may differ between runs)"
+
+
 def test_repair_never_breaks_memory_or_moves_pinned_shards(medium):
     workload, model = medium
     tight = replace(workload, topology=replace(workload.topology, hbm_cap=400 * 2**20))
