@@ -10,8 +10,9 @@ TorchRec printed.
 
 Variants: ``analytic`` (shardopt's default), ``learned``, ``analytic@FILE`` and ``learned@FILE``
 (either model of another model file, e.g. one trained on a new profile), ``scale:K`` (compute times K: how the
-plan moves if the machine is slower than the profile), ``ensemble`` (compute averaged over the
-analytic and learned models).
+plan moves if the machine is slower than the profile), ``spread:S`` (the default model, planned for
+compute speeds 1+S apart, ``shardopt/search/speeds.py``; ``spread:0`` is the model's speed alone),
+``ensemble`` (compute averaged over the analytic and learned models).
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ class VariantSearch:
             cost_model, _ = resolve_cost_model("learned", workload)
         elif self.variant == "ensemble":
             cost_model = EnsembleCompute(cost_model, resolve_cost_model("learned", workload)[0])
+        elif self.variant.startswith("spread:"):
+            from shardopt.search.speeds import SpeedScenarios
+
+            self.inner.speeds = SpeedScenarios.spread(float(self.variant.split(":", 1)[1]))
         elif self.variant.startswith("scale:"):
             cost_model = ScaledCompute(cost_model, float(self.variant.split(":", 1)[1]))
         elif self.variant != "analytic":

@@ -12,6 +12,7 @@ import click
 
 from shardopt import __version__
 from shardopt.errors import ShardoptError
+from shardopt.search.speeds import DEFAULT_SPREAD
 
 
 def _user_errors(fn):
@@ -63,10 +64,15 @@ def main() -> None:
               default="torchrec", show_default=True,
               help="torchrec: only cuts TorchRec runs as is; all: also row-wise over a subset of ranks"
               " and FlexShard hot-row replicas, which need a runtime that supports them.")
+@click.option("--speed-spread", type=click.FloatRange(min=0), default=DEFAULT_SPREAD, show_default=True,
+              help="Plan for compute running this much faster and slower, relative to communication,"
+              " than the cost model says: the search minimises the bottleneck at all three speeds"
+              " (weighted 1:2:1), which balances compute and traffic each where there is room."
+              " 0 plans for the model's speeds alone.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output path.")
 @_user_errors
 def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
-         time_limit: float, candidate_set: str, quiet: bool) -> None:
+         time_limit: float, candidate_set: str, speed_spread: float, quiet: bool) -> None:
     """Plan WORKLOAD (YAML) and write the plan file."""
     from shardopt.costmodel.registry import resolve_cost_model, workload_hardware
     from shardopt.plan import write_plan
@@ -79,14 +85,17 @@ def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
     model, warnings = resolve_cost_model(cost_model, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
+    from shardopt.search.speeds import SpeedScenarios
+
+    speeds = SpeedScenarios.spread(speed_spread)
     if search_name == "ilp":
         from shardopt.search.ilp import IlpSearch
 
-        search = IlpSearch(time_limit_s=time_limit, candidates=candidate_set)
+        search = IlpSearch(time_limit_s=time_limit, candidates=candidate_set, speeds=speeds)
     else:
         from shardopt.search.greedy import GreedySearch
 
-        search = GreedySearch(repair_s=max(0.2, 0.2 * time_limit), candidates=candidate_set)
+        search = GreedySearch(repair_s=max(0.2, 0.2 * time_limit), candidates=candidate_set, speeds=speeds)
     result = plan_workload(wl, sha256=sha, cost_model=model, search=search, source=str(workload))
     elapsed = time.perf_counter() - started
     output = output or Path("plans") / f"{wl.name}.json"

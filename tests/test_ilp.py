@@ -12,6 +12,7 @@ from shardopt.search.candidates import table_candidates
 from shardopt.search.greedy import piece_costs
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
+from shardopt.search.speeds import NOMINAL, SpeedScenarios
 from shardopt.workload import read_workload, workload_from_dict
 
 from conftest import CONFIGS
@@ -34,8 +35,9 @@ def _tiny(seed, world=2, tables=3, cap="50MB"):
     })
 
 
-def _brute_force(workload, model):
-    """Min over every candidate choice and rank for every piece of the max additive rank load."""
+def _brute_force(workload, model, speeds=NOMINAL):
+    """Min over every candidate choice and rank for every piece of the max additive rank load
+    (the weighted max over ``speeds``, compute scaled by each)."""
     world = workload.topology.world_size
     options = []
     for table in workload.tables:
@@ -47,24 +49,26 @@ def _brute_force(workload, model):
         options.append(per_table)
     best = float("inf")
     for combo in itertools.product(*options):
-        load, mem = [0.0] * world, [0] * world
+        compute, comm, mem = [0.0] * world, [0.0] * world, [0] * world
         for placement in combo:
             for r, c in placement:
-                load[r] += c.total_ms
+                compute[r] += c.fwd_compute_ms + c.bwd_compute_ms
+                comm[r] += c.fwd_comm_ms + c.bwd_comm_ms
                 mem[r] += c.hbm_bytes
         if max(mem) <= workload.topology.hbm_cap:
-            best = min(best, max(load))
+            best = min(best, speeds.score(list(zip(compute, comm))))
     return best
 
 
+@pytest.mark.parametrize("speeds", [NOMINAL, SpeedScenarios.spread(0.25)], ids=["nominal", "spread"])
 @pytest.mark.parametrize("seed", range(4))
-def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed):
+def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed, speeds):
     workload = _tiny(seed)
     model = AnalyticCostModel()
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, speeds=speeds)
     plan = plan_workload(workload, cost_model=model, search=search)
     assert search.last_report.status == "OPTIMAL"
-    assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model), rel=1e-4)
+    assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model, speeds), rel=1e-4)
     assert check_plan(workload, plan).valid
 
 
@@ -77,7 +81,7 @@ def test_memory_binds_in_the_optimum():
     tight = _tiny(17, cap=int(0.6 * total))
     free_optimum, tight_optimum = _brute_force(roomy, model), _brute_force(tight, model)
     assert tight_optimum > free_optimum * 1.001  # the premise: memory changes the optimum
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, speeds=NOMINAL)
     plan = plan_workload(tight, cost_model=model, search=search)
     assert search.last_report.objective_ms == pytest.approx(tight_optimum, rel=1e-4)
     assert check_plan(tight, plan).valid

@@ -32,6 +32,7 @@ from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
+from shardopt.search.speeds import NOMINAL, SpeedScenarios
 from shardopt.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
@@ -64,8 +65,10 @@ class IlpSearch:
         workers: int | None = None,
         good_enough_gap: float = 0.01,
         candidates: str = "all",
+        speeds: SpeedScenarios = NOMINAL,
     ):
         self.candidate_set = candidates
+        self.speeds = speeds
         self.time_limit_s = time_limit_s
         self.good_enough_gap = good_enough_gap
         self.max_variables = max_variables
@@ -76,7 +79,7 @@ class IlpSearch:
         started = time.perf_counter()
         result = self._solve(workload, cost_model)
         return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
-                        deadline=started + WALL_GUARD * self.time_limit_s)
+                        deadline=started + WALL_GUARD * self.time_limit_s, speeds=self.speeds)
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
@@ -106,7 +109,7 @@ class IlpSearch:
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
         curves = getattr(cost_model, "comm_curves", lambda w: None)(workload)
-        model = _Model(workload, candidates, costs, replica_ms, curves)
+        model = _Model(workload, candidates, costs, replica_ms, curves, self.speeds)
         model.hint(model.canonical(greedy.tables))
         solver = cp_model.CpSolver()
         # The deterministic limit (a third of the solver's share of the time limit, which on a
@@ -131,12 +134,17 @@ class IlpSearch:
             self.last_report = IlpReport(f"{name} (greedy kept)", float("nan"), cheap, size)
             return SearchResult(greedy.tables, cheap, "greedy", f"{name} (greedy kept)", variables=size)
         tables = model.solution(solver)
-        solver_bound = solver.best_objective_bound / model.scale
+        # The objective is the weighted bottleneck over the speed scenarios (the bottleneck itself
+        # under the model's speed alone), and so is the solver's bound.
+        solver_bound = solver.best_objective_bound / model.scale / model.weight
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
-        # (measured comm curves, learned) gets the cheap bound, which is valid for it.
+        # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under several
+        # speeds it bounds their weighted bottleneck, not the model's, so it is not the plan's bound.
         additive = getattr(cost_model, "additive", lambda w: True)(workload)
-        bound = max(cheap, solver_bound) if additive else cheap
-        self.last_report = IlpReport(name, solver.objective_value / model.scale, bound, size)
+        bound = max(cheap, solver_bound) if additive and self.speeds.nominal else cheap
+        if not self.speeds.nominal:
+            solver_bound = None
+        self.last_report = IlpReport(name, solver.objective_value / model.scale / model.weight, bound, size)
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
@@ -160,7 +168,7 @@ class _Model:
 
     def __init__(
         self, workload: Workload, candidates: dict[str, list[Candidate]], costs, replica_ms: float = 0.0,
-        curves: CommCurves | None = None,
+        curves: CommCurves | None = None, speeds: SpeedScenarios = NOMINAL,
     ) -> None:
         topo = workload.topology
         self.workload = workload
@@ -171,7 +179,8 @@ class _Model:
         self.scale = COST_RESOLUTION / max(biggest + replica_ms, 1e-9)
         cp = cp_model.CpModel()
         self.cp = cp
-        load = [[] for _ in range(world)]  # (int cost, literal) terms per rank
+        load = [[] for _ in range(world)]  # (int compute cost, literal) terms per rank
+        traffic = [[] for _ in range(world)]  # (int comm cost, literal) terms per rank
         memory = [[] for _ in range(world)]
         ddr = [[] for _ in range(topo.num_hosts)]
         # Pinned (row-wise, data-parallel, table-row-wise) load per rank, for symmetry classes.
@@ -193,11 +202,11 @@ class _Model:
         unit = {key: byte_unit(size) for key, size in most.items()}
 
         def charge(rank, cost, literal, pin=None, sent_bytes=None):
+            compute = cost.fwd_compute_ms + cost.bwd_compute_ms
+            load[rank].append((int(round(compute * self.scale)), literal))
             if curves is None:
-                load[rank].append((int(round(cost.total_ms * self.scale)), literal))
+                traffic[rank].append((int(round((cost.fwd_comm_ms + cost.bwd_comm_ms) * self.scale)), literal))
             else:
-                compute = cost.fwd_compute_ms + cost.bwd_compute_ms
-                load[rank].append((int(round(compute * self.scale)), literal))
                 for key, size in zip(COLLECTIVES, sent_bytes):
                     if size > 0:
                         sent[rank][key].append((in_units(size, unit[key]), literal))
@@ -263,7 +272,7 @@ class _Model:
                 cp.add_implication(x, any_replica)
             cost = int(round(replica_ms * self.scale))
             for rank in range(world):
-                load[rank].append((cost, any_replica))
+                traffic[rank].append((cost, any_replica))
         self._break_symmetry(workload, costs, pinned)
         # Memory: what a rank holds stays within its cap.
         for rank in range(world):
@@ -285,13 +294,22 @@ class _Model:
                     cost = curve_cost(cp, seconds, points, sent[rank][key], unit[key], self.scale,
                                       f"{key},{rank}")
                     if cost is not None:
-                        load[rank].append((weight, cost))
-        # The bottleneck bounds every rank's load; minimising it balances the ranks.
-        self.bottleneck = cp.new_int_var(0, top, "bottleneck")
-        for rank in range(world):
-            if load[rank]:
-                cp.add(sum(w * lit for w, lit in load[rank]) <= self.bottleneck)
-        cp.minimize(self.bottleneck)
+                        traffic[rank].append((weight, cost))
+        # Each speed's bottleneck bounds every rank's load at that speed; minimising their weighted
+        # sum balances the ranks (compute and traffic each, where there is room). Factors and
+        # weights in hundredths keep the constraints integer.
+        factors = [round(100 * k) for k in speeds.factors]
+        weights = [round(100 * w) for w in speeds.weights]
+        self.weight = sum(weights)
+        peaks = []
+        for k, factor in enumerate(factors):
+            peak = cp.new_int_var(0, -(-top * max(factors) // 100), f"bottleneck[{k}]")
+            peaks.append(peak)
+            for rank in range(world):
+                if load[rank] or traffic[rank]:
+                    cp.add(factor * sum(w * lit for w, lit in load[rank])
+                           + 100 * sum(w * lit for w, lit in traffic[rank]) <= 100 * peak)
+        cp.minimize(sum(w * peak for w, peak in zip(weights, peaks)))
 
     def _break_symmetry(self, workload: Workload, costs, pinned) -> None:
         """Among interchangeable ranks, the k-th table's first piece uses only the first k+1."""

@@ -4,8 +4,10 @@ The ILP and the greedy add up shard costs, but a fused rank's cost is not additi
 collective overheads depend on which kinds a rank holds, and a learned model prices a rank's
 shards together. So after a search, each rank is re-scored as the model sees it, and shards are
 moved off (or swapped with a lighter shard from) the bottleneck rank while that lowers the
-bottleneck. Only the moved shards' two ranks are re-scored per trial, so it scales to 1000 tables
-on 128 ranks within a time budget.
+bottleneck. Under several compute speeds (``speeds.py``) the score is their weighted bottleneck,
+and moves are tried off each speed's bottleneck rank, shards weighed at that speed. Only the moved
+shards' two ranks are re-scored per trial, so it scales to 1000 tables on 128 ranks within a
+budget.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 from shardopt.costmodel.base import CostModel
 from shardopt.memory import plan_memory, shard_memory
 from shardopt.plan import Shard, TablePlan
+from shardopt.search.speeds import NOMINAL, SpeedScenarios
 from shardopt.workload import Workload
 
 if TYPE_CHECKING:
@@ -35,9 +38,11 @@ _EPS = 1e-9
 class RepairResult:
     tables: tuple[TablePlan, ...]
     moves: int
-    before_ms: float
+    before_ms: float  # the model's bottleneck
     after_ms: float
     cut_by_clock: bool = False  # the deadline, not the budget or a local optimum, stopped it
+    before_score: float = 0.0  # the weighted bottleneck over the speed scenarios
+    after_score: float = 0.0
 
 
 def movable(workload: Workload, tp: TablePlan) -> str | None:
@@ -52,7 +57,7 @@ def movable(workload: Workload, tp: TablePlan) -> str | None:
 
 
 class _State:
-    """Shards per rank, with each rank's re-scored total and memory."""
+    """Shards per rank, with each rank's re-scored (compute, communication) and memory."""
 
     def __init__(self, workload: Workload, model: CostModel, tables: Sequence[TablePlan]) -> None:
         self.workload = workload
@@ -64,7 +69,7 @@ class _State:
         for ti, tp in enumerate(self.tables):
             for si, shard in enumerate(tp.shards):
                 self.on_rank[shard.rank].append((ti, si))
-        self.total = [r.total_ms for r in model.breakdown(workload, self.tables)]
+        self.load = [_split(r) for r in model.breakdown(workload, self.tables)]
         hbm, ddr = plan_memory(workload, self.tables)
         self.hbm = [hbm.get(r, 0) for r in range(world)]
         self.ddr = [ddr.get(h, 0) for h in range(workload.topology.num_hosts)]
@@ -77,19 +82,19 @@ class _State:
         )
         return mem.hbm_bytes, mem.ddr_bytes
 
-    def rank_total(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> float:
-        """The model's total for ``rank`` holding ``items`` (shards re-ranked per ``moved_rank``)."""
+    def rank_load(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> tuple[float, float]:
+        """The model's (compute, comm) for ``rank`` holding ``items`` (shards re-ranked per ``moved_rank``)."""
         grouped: dict[int, list[Shard]] = {}
         for ti, si in items:
             shard = self.tables[ti].shards[si]
             grouped.setdefault(ti, []).append(replace(shard, rank=moved_rank.get((ti, si), shard.rank)))
         sub = [replace(self.tables[ti], shards=tuple(shards)) for ti, shards in sorted(grouped.items())]
         if not sub:
-            return 0.0
-        return self.model.breakdown(self.workload, sub)[rank].total_ms
+            return 0.0, 0.0
+        return _split(self.model.breakdown(self.workload, sub)[rank])
 
-    def apply(self, moves: Sequence[tuple[int, int, int]], totals: dict[int, float]) -> None:
-        """Move shards (table, shard, destination) and record the re-scored totals."""
+    def apply(self, moves: Sequence[tuple[int, int, int]], loads: dict[int, tuple[float, float]]) -> None:
+        """Move shards (table, shard, destination) and record the re-scored loads."""
         topo = self.workload.topology
         for ti, si, dest in moves:
             shard = self.tables[ti].shards[si]
@@ -104,8 +109,16 @@ class _State:
             shards = list(self.tables[ti].shards)
             shards[si] = replace(shard, rank=dest)
             self.tables[ti] = replace(self.tables[ti], shards=tuple(shards))
-        for rank, value in totals.items():
-            self.total[rank] = value
+        for rank, value in loads.items():
+            self.load[rank] = value
+
+
+def _split(r) -> tuple[float, float]:
+    return r.fwd_compute_ms + r.bwd_compute_ms, r.fwd_comm_ms + r.bwd_comm_ms
+
+
+def _peak(loads: Sequence[tuple[float, float]]) -> float:
+    return max((c + m for c, m in loads), default=0.0)
 
 
 def repair_bottleneck(
@@ -116,8 +129,9 @@ def repair_bottleneck(
     time_budget_s: float = 1.0,
     max_moves: int = 1000,
     deadline: float | None = None,
+    speeds: SpeedScenarios = NOMINAL,
 ) -> RepairResult:
-    """Moves and swaps off the model's bottleneck rank while they lower it, within the budget.
+    """Moves and swaps off the bottleneck rank while they lower the score, within the budget.
 
     ``deadline`` (a ``time.perf_counter()`` value) stops it early whatever the budget says.
     """
@@ -125,11 +139,13 @@ def repair_bottleneck(
     deadline = deadline if deadline is not None else float("inf")
     state = _State(workload, model, tables)
     topo = workload.topology
-    before = max(state.total)
+    before = _peak(state.load)
+    before_score = speeds.score(state.load)
     moves = 0
-    shard_alone: dict[tuple[int, int], float] = {}
+    shard_alone: dict[tuple[int, int], tuple[float, float]] = {}
 
-    def alone(item: tuple[int, int]) -> float:
+    def alone(item: tuple[int, int], factor: float) -> float:
+        """The shard's cost priced alone, its compute at ``factor`` times the model's."""
         if item not in shard_alone:
             tp = state.tables[item[0]]
             shard = tp.shards[item[1]]
@@ -137,8 +153,9 @@ def repair_bottleneck(
                 workload, state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
                 tp.compute_kernel, tp.cache_load_factor,
             )
-            shard_alone[item] = cost.total_ms
-        return shard_alone[item]
+            shard_alone[item] = (cost.fwd_compute_ms + cost.bwd_compute_ms, cost.fwd_comm_ms + cost.bwd_comm_ms)
+        compute, comm = shard_alone[item]
+        return factor * compute + comm
 
     def fits(item: tuple[int, int], src: int, dest: int, back: tuple[int, int] | None = None) -> bool:
         hbm, ddr = state._memory(item[0], state.tables[item[0]].shards[item[1]])
@@ -171,54 +188,59 @@ def repair_bottleneck(
         return used >= evaluations or time.perf_counter() >= deadline
 
     while moves < max_moves and not out_of_budget():
-        worst = max(range(len(state.total)), key=lambda r: (state.total[r], -r))
-        peak = state.total[worst]
-        second = max((t for r, t in enumerate(state.total) if r != worst), default=0.0)
-        items = sorted(state.on_rank[worst], key=lambda it: (-alone(it), it))[:MAX_SHARDS_TRIED]
-        dests = sorted((r for r in range(len(state.total)) if r != worst),
-                       key=lambda r: (state.total[r], r))[:MAX_DESTINATIONS]
+        score = speeds.score(state.load)
         best: tuple[float, list, dict] | None = None
-        for item in items:
-            if out_of_budget():
-                break
-            for dest in dests:
-                if not allowed(item, dest):
-                    continue
-                # A plain move, and failing that a swap with a lighter shard of the destination.
-                trials = [None] + sorted(
-                    (b for b in state.on_rank[dest] if alone(b) < alone(item) and allowed(b, worst)),
-                    key=lambda b: (-alone(b), b),
-                )[:3]
-                for back in trials:
-                    if not fits(item, worst, dest, back):
+        # Off each speed's bottleneck rank (one rank under the model's speed alone), shards weighed
+        # at that speed: a slow-compute bottleneck sheds compute, and a swap brings back traffic.
+        for worst, k in speeds.bottlenecks(state.load):
+            items = sorted(state.on_rank[worst], key=lambda it: (-alone(it, k), it))[:MAX_SHARDS_TRIED]
+            dests = sorted((r for r in range(len(state.load)) if r != worst),
+                           key=lambda r: (sum(state.load[r]), r))[:MAX_DESTINATIONS]
+            for item in items:
+                if out_of_budget():
+                    break
+                for dest in dests:
+                    if not allowed(item, dest):
                         continue
-                    moved = {item: dest, **({back: worst} if back else {})}
-                    src_items = [it for it in state.on_rank[worst] if it != item] + ([back] if back else [])
-                    dst_items = [it for it in state.on_rank[dest] if it != back] + [item]
-                    new_src = state.rank_total(worst, src_items, moved)
-                    new_dst = state.rank_total(dest, dst_items, moved)
-                    used += 2
-                    new_peak = max(new_src, new_dst, second)
-                    if new_peak < peak - _EPS and (best is None or new_peak < best[0] - _EPS):
-                        trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
-                        best = (new_peak, trial_moves, {worst: new_src, dest: new_dst})
-                    if back is None and best is not None and best[1][0][:2] == item:
-                        break  # a plain move of this shard works; no need to try swaps for it
+                    # A plain move, and failing that a swap with a lighter shard of the destination.
+                    trials = [None] + sorted(
+                        (b for b in state.on_rank[dest] if alone(b, k) < alone(item, k) and allowed(b, worst)),
+                        key=lambda b: (-alone(b, k), b),
+                    )[:3]
+                    for back in trials:
+                        if not fits(item, worst, dest, back):
+                            continue
+                        moved = {item: dest, **({back: worst} if back else {})}
+                        src_items = [it for it in state.on_rank[worst] if it != item] + ([back] if back else [])
+                        dst_items = [it for it in state.on_rank[dest] if it != back] + [item]
+                        new_src = state.rank_load(worst, src_items, moved)
+                        new_dst = state.rank_load(dest, dst_items, moved)
+                        used += 2
+                        trial = list(state.load)
+                        trial[worst], trial[dest] = new_src, new_dst
+                        new_score = speeds.score(trial)
+                        if new_score < score - _EPS and (best is None or new_score < best[0] - _EPS):
+                            trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
+                            best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
+                        if back is None and best is not None and best[1][0][:2] == item:
+                            break  # a plain move of this shard works; no need to try swaps for it
         if best is None:
             break
         state.apply(best[1], best[2])
         moves += 1
     cut = time.perf_counter() >= deadline and used < evaluations and moves < max_moves
-    return RepairResult(tuple(state.tables), moves, before, max(state.total), cut)
+    return RepairResult(tuple(state.tables), moves, before, _peak(state.load), cut,
+                        before_score, speeds.score(state.load))
 
 
 def repaired(
     workload: Workload, model: CostModel, result: "SearchResult", budget_s: float,
-    deadline: float | None = None,
+    deadline: float | None = None, speeds: SpeedScenarios = NOMINAL,
 ) -> "SearchResult":
-    """The search's result after repair; the plan is kept only if repair lowered its bottleneck."""
-    fixed = repair_bottleneck(workload, model, result.tables, time_budget_s=budget_s, deadline=deadline)
-    tables = fixed.tables if fixed.after_ms < fixed.before_ms else result.tables
+    """The search's result after repair; the plan is kept only if repair lowered its score."""
+    fixed = repair_bottleneck(workload, model, result.tables, time_budget_s=budget_s, deadline=deadline,
+                              speeds=speeds)
+    tables = fixed.tables if fixed.after_score < fixed.before_score else result.tables
     status = result.status
     if fixed.cut_by_clock:
         status += " (repair stopped by the wall clock; may differ between runs)"
