@@ -6,12 +6,12 @@ Ideas for the planner are tried here, not on the bench's test tasks, so the repo
 held-out measure. Each variant plans with ``IlpSearch`` (TorchRec's cuts, 5 s) under a changed
 cost model; TorchRec's plan is the reference. All plans of a task are replayed side by side as
 the bench replays them (``shardopt.replay.replay_side_by_side``), and the mean replayed ratio to
-TorchRec printed.
+TorchRec printed, by step (critical path) and by bottleneck rank.
 
 Variants: ``analytic`` (shardopt's default), ``learned``, ``analytic@FILE`` and ``learned@FILE``
 (either model of another model file, e.g. one trained on a new profile), ``scale:K`` (compute times K: how the
-plan moves if the machine is slower than the profile), ``spread:S`` (the default model, planned for
-compute speeds 1+S apart, ``shardopt/search/speeds.py``; ``spread:0`` is the model's speed alone),
+plan moves if the machine is slower than the profile), ``critical-path`` / ``bottleneck`` (the default model
+under either objective, ``shardopt/search/objective.py``),
 ``ensemble`` (compute averaged over the analytic and learned models).
 """
 
@@ -105,10 +105,10 @@ class VariantSearch:
             cost_model, _ = resolve_cost_model("learned", workload)
         elif self.variant == "ensemble":
             cost_model = EnsembleCompute(cost_model, resolve_cost_model("learned", workload)[0])
-        elif self.variant.startswith("spread:"):
-            from shardopt.search.speeds import SpeedScenarios
+        elif self.variant in ("critical-path", "bottleneck"):
+            from shardopt.search.objective import OBJECTIVES
 
-            self.inner.speeds = SpeedScenarios.spread(float(self.variant.split(":", 1)[1]))
+            self.inner.objective = OBJECTIVES[self.variant]
         elif self.variant.startswith("scale:"):
             cost_model = ScaledCompute(cost_model, float(self.variant.split(":", 1)[1]))
         elif self.variant != "analytic":
@@ -139,18 +139,21 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     ratios: dict[str, list[float]] = {v: [] for v in args.variants}
+    bottlenecks: dict[str, list[float]] = {v: [] for v in args.variants}
     for task in train_pool_tasks(args.tasks):
         searches = {v: VariantSearch(v) for v in args.variants}
         entries, _ = run_suite([task], tuple(searches) + ("torchrec",), rounds=args.rounds, searches=searches)
         by = {e.planner: e for e in entries}
         line = [task.name]
         for v in args.variants:
-            ratios[v].append(by[v].replayed_ms / by["torchrec"].replayed_ms)
-            predicted = by[v].predicted_ms / by["torchrec"].predicted_ms
-            line.append(f"{v} {ratios[v][-1]:.3f} (predicted {predicted:.3f})")
+            ratios[v].append(by[v].replayed_step_ms / by["torchrec"].replayed_step_ms)
+            bottlenecks[v].append(by[v].replayed_ms / by["torchrec"].replayed_ms)
+            predicted = by[v].predicted_step_ms / by["torchrec"].predicted_step_ms
+            line.append(f"{v} {ratios[v][-1]:.3f} (predicted {predicted:.3f}; bottleneck {bottlenecks[v][-1]:.3f})")
         print("  ".join(line), flush=True)
     for v in args.variants:
-        print(f"mean replayed ratio to TorchRec, {v}: {np.mean(ratios[v]):.4f}")
+        print(f"mean replayed ratio to TorchRec, {v}: step {np.mean(ratios[v]):.4f},"
+              f" bottleneck {np.mean(bottlenecks[v]):.4f}")
     print(f"{time.perf_counter() - started:.0f} s")
 
 

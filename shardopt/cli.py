@@ -12,7 +12,6 @@ import click
 
 from shardopt import __version__
 from shardopt.errors import ShardoptError
-from shardopt.search.speeds import DEFAULT_SPREAD
 
 
 def _user_errors(fn):
@@ -64,15 +63,15 @@ def main() -> None:
               default="torchrec", show_default=True,
               help="torchrec: only cuts TorchRec runs as is; all: also row-wise over a subset of ranks"
               " and FlexShard hot-row replicas, which need a runtime that supports them.")
-@click.option("--speed-spread", type=click.FloatRange(min=0), default=DEFAULT_SPREAD, show_default=True,
-              help="Plan for compute running this much faster and slower, relative to communication,"
-              " than the cost model says: the search minimises the bottleneck at all three speeds"
-              " (weighted 1:2:1), which balances compute and traffic each where there is room."
-              " 0 plans for the model's speeds alone.")
+@click.option("--objective", type=click.Choice(["critical-path", "bottleneck"]), default="critical-path",
+              show_default=True,
+              help="critical-path: the sum over a step's phases (lookups, all-to-all, backward all-to-all,"
+              " backward lookups) of the slowest rank in each, as a synchronous step takes; bottleneck:"
+              " the slowest rank's total.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output path.")
 @_user_errors
 def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
-         time_limit: float, candidate_set: str, speed_spread: float, quiet: bool) -> None:
+         time_limit: float, candidate_set: str, objective: str, quiet: bool) -> None:
     """Plan WORKLOAD (YAML) and write the plan file."""
     from shardopt.costmodel.registry import resolve_cost_model, workload_hardware
     from shardopt.plan import write_plan
@@ -85,17 +84,17 @@ def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
     model, warnings = resolve_cost_model(cost_model, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    from shardopt.search.speeds import SpeedScenarios
+    from shardopt.search.objective import OBJECTIVES
 
-    speeds = SpeedScenarios.spread(speed_spread)
+    goal = OBJECTIVES[objective]
     if search_name == "ilp":
         from shardopt.search.ilp import IlpSearch
 
-        search = IlpSearch(time_limit_s=time_limit, candidates=candidate_set, speeds=speeds)
+        search = IlpSearch(time_limit_s=time_limit, candidates=candidate_set, objective=goal)
     else:
         from shardopt.search.greedy import GreedySearch
 
-        search = GreedySearch(repair_s=max(0.2, 0.2 * time_limit), candidates=candidate_set, speeds=speeds)
+        search = GreedySearch(repair_s=max(0.2, 0.2 * time_limit), candidates=candidate_set, objective=goal)
     result = plan_workload(wl, sha256=sha, cost_model=model, search=search, source=str(workload))
     elapsed = time.perf_counter() - started
     output = output or Path("plans") / f"{wl.name}.json"
@@ -419,7 +418,7 @@ def from_torchrec(factory: str, world_size: int, local_world_size: int | None, d
 @click.option("--replay", "do_replay", is_flag=True, help="Also measure both plans on this machine.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Replay rounds (with --replay): both plans' ranks timed in a shuffled order each"
-              " round; the bottleneck is the max of per-rank medians.")
+              " round; steps and bottlenecks are read off per-rank medians.")
 @click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Profile whose all-to-all points give replay's communication"
               " [default: the packaged CPU profile for CPU workloads, else declared bandwidths].")
@@ -449,10 +448,16 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
     ours = plan_workload(wl, sha256=sha, cost_model=model,
                          search=IlpSearch(time_limit_s=time_limit, candidates="torchrec"))
     ours_s = time.perf_counter() - started
-    pred = {name: max(r.total_ms for r in model.breakdown(wl, p.tables))
-            for name, p in (("shardopt", ours), ("torchrec", theirs))}
+    from shardopt.search.objective import critical_path_ms
+
+    pred = {}
+    for name, p in (("shardopt", ours), ("torchrec", theirs)):
+        per_rank = model.breakdown(wl, p.tables)
+        pred[name] = (critical_path_ms(per_rank), max(r.total_ms for r in per_rank))
     lines = [f"{wl.name}: {len(wl.tables)} tables on {wl.topology.world_size} ranks; cost model {model.name}",
-             f"{'planner':<10} {'plan s':>7} {'predicted ms':>13}" + (f" {'replayed ms':>12}" if do_replay else "")]
+             "ms per step (critical path: each phase's slowest rank, summed) and of the bottleneck rank",
+             f"{'planner':<10} {'plan s':>7} {'predicted step':>15} {'bottleneck':>11}"
+             + (f" {'replayed step':>14} {'bottleneck':>11}" if do_replay else "")]
     measured = {}
     if do_replay:
         from shardopt.replay import ProfiledComm, packaged_cpu_comm, replay_side_by_side
@@ -465,16 +470,18 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
         elif wl.topology.compute_device == "cpu":
             comm = packaged_cpu_comm()
         result = replay_side_by_side(wl, {"shardopt": ours, "torchrec": theirs}, rounds, comm=comm)
-        measured = {name: result.bottleneck_ms(name) for name in ("shardopt", "torchrec")}
+        measured = {name: (result.step_ms(name), result.bottleneck_ms(name)) for name in ("shardopt", "torchrec")}
     for name, seconds in (("shardopt", ours_s), ("torchrec", theirs_s)):
-        line = f"{name:<10} {seconds:>7.1f} {pred[name]:>13.3f}"
+        line = f"{name:<10} {seconds:>7.1f} {pred[name][0]:>15.3f} {pred[name][1]:>11.3f}"
         if do_replay:
-            line += f" {measured[name]:>12.3f}"
+            line += f" {measured[name][0]:>14.3f} {measured[name][1]:>11.3f}"
         lines.append(line)
-    ratio = f"shardopt / torchrec: predicted {pred['shardopt'] / pred['torchrec']:.3f}"
+    ratio = (f"shardopt / torchrec: predicted {pred['shardopt'][0] / pred['torchrec'][0]:.3f} per step"
+             f" ({pred['shardopt'][1] / pred['torchrec'][1]:.3f} by bottleneck)")
     if do_replay:
-        ratio += (f", replayed {measured['shardopt'] / measured['torchrec']:.3f}"
-                  f" (per-rank medians of {rounds} rounds side by side; comm:"
+        ratio += (f", replayed {measured['shardopt'][0] / measured['torchrec'][0]:.3f} per step"
+                  f" ({measured['shardopt'][1] / measured['torchrec'][1]:.3f} by bottleneck;"
+                  f" per-rank medians of {rounds} rounds side by side; comm:"
                   f" {comm.name if comm else 'declared bandwidths'})")
     lines.append(ratio)
     click.echo("\n".join(lines))

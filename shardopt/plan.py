@@ -87,6 +87,7 @@ class SearchInfo:
     solver_bound_ms: Optional[Milliseconds] = None  # CP-SAT's best bound, when it ran
     variables: Optional[NonNegInt] = None  # placement literals in the solver's model
     repair_moves: Optional[NonNegInt] = None  # moves the re-scoring repair made
+    objective: Optional[Literal["critical-path", "bottleneck"]] = None  # what the search minimised
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -102,6 +103,13 @@ class Predicted:
     @property
     def bottleneck(self) -> RankBreakdown:
         return max(self.per_rank, key=lambda r: (r.total_ms, -r.rank))
+
+    @property
+    def critical_path_ms(self) -> float:
+        """A synchronous step: the sum over phases of the slowest rank in each (objective.py)."""
+        from shardopt.search.objective import critical_path_ms
+
+        return critical_path_ms(self.per_rank)
 
     @property
     def gap(self) -> float:

@@ -35,6 +35,7 @@ def plan_workload(
     except ShardoptError as exc:
         raise ShardoptError(f"{source}: {exc}", exc.kind) from None
     per_rank = tuple(cost_model.breakdown(workload, result.tables))
+    objective = getattr(search, "objective", None)  # baselines' searches minimise nothing named
     predicted = Predicted(
         cost_model=cost_model.name,
         max_ms=max(r.total_ms for r in per_rank),
@@ -43,7 +44,7 @@ def plan_workload(
         search=SearchInfo(
             algorithm=result.algorithm, status=result.status,
             solver_bound_ms=result.solver_bound_ms, variables=result.variables,
-            repair_moves=result.repair_moves,
+            repair_moves=result.repair_moves, objective=objective.name if objective else None,
         ),
     )
     return Plan(

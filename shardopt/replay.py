@@ -252,6 +252,12 @@ class SideBySide:
         near-equal ranks does not inflate the max (which would penalise the best-balanced plans)."""
         return max(r.total_ms for r in self.per_rank[name])
 
+    def step_ms(self, name: str) -> float:
+        """The critical path of per-rank medians: each phase's slowest rank, summed."""
+        from shardopt.search.objective import critical_path_ms
+
+        return critical_path_ms(self.per_rank[name])
+
 
 def replay_side_by_side(
     workload: Workload,

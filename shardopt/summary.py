@@ -51,6 +51,10 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             f" {predicted.lower_bound_ms:.3f} ms (gap {predicted.gap:.1%});"
             f" memory cap {format_bytes(topo.hbm_cap)} per rank"
         )
+        lines.append(
+            f"critical path: {predicted.critical_path_ms:.3f} ms (a synchronous step: the slowest"
+            " rank of each phase, summed)"
+        )
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
@@ -69,6 +73,8 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     search = predicted.search if predicted else None
     if search:
         parts = [f"search: {search.algorithm}, status {search.status}"]
+        if search.objective:
+            parts.append(f"minimising the {search.objective}")
         if search.solver_bound_ms is not None:
             parts.append(f"solver bound {search.solver_bound_ms:.3f} ms")
         if search.variables:

@@ -77,6 +77,20 @@ def test_gate_names_a_changed_cost_model_instead_of_diffing_its_predictions(unit
     assert "--update" in message and "\n" not in message
 
 
+def test_gate_checks_steps_and_names_a_baseline_of_bottlenecks(unit_run):
+    _, entries, _ = unit_run
+    baseline = baseline_data(entries, "unit")
+    assert baseline["metric"] == "critical-path"
+    mine = {e.task: e for e in entries if e.planner == "shardopt"}
+    assert baseline["tasks"] == {t: round(e.predicted_step_ms, 6) for t, e in mine.items()}
+    # Every step is at least its bottleneck (a phase's slowest rank is at least as slow as any).
+    assert all(e.predicted_step_ms >= e.predicted_ms - 1e-9 for e in entries if e.valid)
+    old = {k: v for k, v in baseline.items() if k != "metric"}  # written before steps were gated
+    ok, message = check(entries, old)
+    assert not ok and message.startswith("metric: the baseline holds each task's predicted bottleneck")
+    assert "\n" not in message
+
+
 def test_bench_cli_gate_and_report(runner, tmp_path, unit_run):
     base = tmp_path / "baseline.json"
     result = run_cli(runner, "bench", "--suite", "unit", "--check", base, "--update")

@@ -51,17 +51,6 @@ def test_same_input_same_plan_byte_for_byte(tmp_path):
     assert outputs[0] == outputs[1]
 
 
-def test_speed_spread_plans_validly_and_rejects_a_negative_spread(runner, tmp_path):
-    out = tmp_path / "plan.json"
-    result = run_cli(runner, "plan", CONFIGS / "dlrm-medium.yaml", "-o", out, "--speed-spread", "0.5")
-    assert result.exit_code == 0
-    assert run_cli(runner, "validate", CONFIGS / "dlrm-medium.yaml", out).exit_code == 0
-    bad = tmp_path / "bad.json"
-    result = run_cli(runner, "plan", CONFIGS / "dlrm-medium.yaml", "-o", bad, "--speed-spread", "-1")
-    assert result.exit_code == 2 and "--speed-spread" in result.stderr
-    assert not bad.exists()
-
-
 def test_default_output_path(runner, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = run_cli(runner, "plan", DATA / "good.yaml", "-q")

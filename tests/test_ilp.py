@@ -12,7 +12,7 @@ from shardopt.search.candidates import table_candidates
 from shardopt.search.greedy import piece_costs
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
-from shardopt.search.speeds import NOMINAL, SpeedScenarios
+from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, rank_phases
 from shardopt.workload import read_workload, workload_from_dict
 
 from conftest import CONFIGS
@@ -35,9 +35,9 @@ def _tiny(seed, world=2, tables=3, cap="50MB"):
     })
 
 
-def _brute_force(workload, model, speeds=NOMINAL):
-    """Min over every candidate choice and rank for every piece of the max additive rank load
-    (the weighted max over ``speeds``, compute scaled by each)."""
+def _brute_force(workload, model, objective=BOTTLENECK):
+    """Min over every candidate choice and rank for every piece of the objective of additive rank
+    loads (each phase summed per rank)."""
     world = workload.topology.world_size
     options = []
     for table in workload.tables:
@@ -49,26 +49,25 @@ def _brute_force(workload, model, speeds=NOMINAL):
         options.append(per_table)
     best = float("inf")
     for combo in itertools.product(*options):
-        compute, comm, mem = [0.0] * world, [0.0] * world, [0] * world
+        phases, mem = [[0.0] * 4 for _ in range(world)], [0] * world
         for placement in combo:
             for r, c in placement:
-                compute[r] += c.fwd_compute_ms + c.bwd_compute_ms
-                comm[r] += c.fwd_comm_ms + c.bwd_comm_ms
+                phases[r] = [a + b for a, b in zip(phases[r], rank_phases(c))]
                 mem[r] += c.hbm_bytes
         if max(mem) <= workload.topology.hbm_cap:
-            best = min(best, speeds.score(list(zip(compute, comm))))
+            best = min(best, objective.score(phases))
     return best
 
 
-@pytest.mark.parametrize("speeds", [NOMINAL, SpeedScenarios.spread(0.25)], ids=["nominal", "spread"])
+@pytest.mark.parametrize("objective", [BOTTLENECK, CRITICAL_PATH], ids=lambda o: o.name)
 @pytest.mark.parametrize("seed", range(4))
-def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed, speeds):
+def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed, objective):
     workload = _tiny(seed)
     model = AnalyticCostModel()
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, speeds=speeds)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, objective=objective)
     plan = plan_workload(workload, cost_model=model, search=search)
     assert search.last_report.status == "OPTIMAL"
-    assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model, speeds), rel=1e-4)
+    assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model, objective), rel=1e-4)
     assert check_plan(workload, plan).valid
 
 
@@ -81,7 +80,7 @@ def test_memory_binds_in_the_optimum():
     tight = _tiny(17, cap=int(0.6 * total))
     free_optimum, tight_optimum = _brute_force(roomy, model), _brute_force(tight, model)
     assert tight_optimum > free_optimum * 1.001  # the premise: memory changes the optimum
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, speeds=NOMINAL)
+    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, objective=BOTTLENECK)
     plan = plan_workload(tight, cost_model=model, search=search)
     assert search.last_report.objective_ms == pytest.approx(tight_optimum, rel=1e-4)
     assert check_plan(tight, plan).valid
@@ -97,7 +96,10 @@ def test_same_input_same_plan_and_time_limit_respected():
         assert time.perf_counter() - started < 2 + 3
     assert plans[0] == plans[1]
     greedy = plan_workload(workload, search=GreedySearch(repair_s=0))
-    assert plans[0].predicted.max_ms <= greedy.predicted.max_ms + 1e-9
+    # The default objective is the critical path, which is never below the bottleneck.
+    assert plans[0].predicted.search.objective == "critical-path"
+    assert plans[0].predicted.critical_path_ms <= greedy.predicted.critical_path_ms + 1e-9
+    assert plans[0].predicted.max_ms <= plans[0].predicted.critical_path_ms + 1e-9
     assert plans[0].predicted.lower_bound_ms <= plans[0].predicted.max_ms
 
 

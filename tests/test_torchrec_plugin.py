@@ -193,6 +193,8 @@ def test_cli_from_torchrec_and_compare(runner, tmp_path):
     result = run_cli(runner, "compare", out, "--time-limit", "1", "--replay", "--rounds", "2")
     assert result.exit_code == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines()]
-    replayed = [row[3] for row in rows if len(row) == 4 and row[0] in ("shardopt", "torchrec")]
-    assert len(replayed) == 2 and all(float(ms) > 0 for ms in replayed)
+    # planner, plan s, predicted step and bottleneck, replayed step and bottleneck
+    replayed = [row[4:] for row in rows if len(row) == 6 and row[0] in ("shardopt", "torchrec")]
+    assert len(replayed) == 2 and all(float(ms) > 0 for pair in replayed for ms in pair)
+    assert all(float(step) >= float(bottleneck) - 1e-3 for step, bottleneck in replayed)
     assert "per-rank medians of 2 rounds side by side" in result.stdout

@@ -62,7 +62,7 @@ def _ratios(entries: list[Entry], metric: str) -> dict[str, list[float]]:
     return out
 
 
-def aggregates(entries: list[Entry], metric: str = "replayed_ms") -> list[tuple[str, int, float, float, float]]:
+def aggregates(entries: list[Entry], metric: str = "replayed_step_ms") -> list[tuple[str, int, float, float, float]]:
     """(planner, tasks, mean ratio to TorchRec, geometric mean, win rate) per planner."""
     rows = []
     for name, ratios in _ratios(entries, metric).items():
@@ -79,16 +79,25 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    metric = "replayed_ms" if any(e.replayed_ms is not None for e in entries) else "predicted_ms"
+    replayed = any(e.replayed_ms is not None for e in entries)
+    metric = "replayed_step_ms" if replayed else "predicted_step_ms"
+    how = "replayed (measured)" if replayed else "predicted"
     lines = ["# Plan-quality benchmark", "", f"Command: `{command}`", ""]
     lines += [f"Tasks: {len(tasks)} ({', '.join(sorted({t.source.split(',')[0] for t in tasks})[:3])} ...);"
               f" planners: {', '.join(sorted({e.planner for e in entries}))}. Ratios are to TorchRec's plan"
-              f" on the same task, by {'replayed (measured)' if metric == 'replayed_ms' else 'predicted'}"
-              " bottleneck; tasks where TorchRec found no plan are left out of the ratios.", ""]
-    lines += ["## Aggregates", "", "| planner | tasks | mean ratio to TorchRec | geometric mean | win rate |",
-              "|---|---|---|---|---|"]
-    for name, n, mean, geo, win in aggregates(entries, metric):
-        lines.append(f"| {name} | {n} | {mean:.3f} | {geo:.3f} | {win:.0%} |")
+              f" on the same task, {how}; tasks where TorchRec found no plan are left out of the ratios.",
+              "", "The step time is the critical path of a synchronous step: every all-to-all waits for its"
+              " slowest rank, so a step takes each phase's slowest rank (forward lookups, forward all-to-all,"
+              " backward lookups, backward all-to-all), summed. The bottleneck is the slowest rank's total,"
+              " which a plan can lower by trading one rank's lookups against another's traffic without"
+              " the step getting any faster.", ""]
+    for title, field in (("step time (critical path)", metric),
+                         ("bottleneck rank", "replayed_ms" if replayed else "predicted_ms")):
+        lines += [f"## Aggregates: {title}", "",
+                  "| planner | tasks | mean ratio to TorchRec | geometric mean | win rate |", "|---|---|---|---|---|"]
+        for name, n, mean, geo, win in aggregates(entries, field):
+            lines.append(f"| {name} | {n} | {mean:.3f} | {geo:.3f} | {win:.0%} |")
+        lines.append("")
     ratios = _ratios(entries, metric)
     if ratios:
         lines += ["", "![ratio to TorchRec](ratios.png)", ""]
@@ -116,12 +125,14 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
         plt.close(fig)
         lines += [f"## Per-rank cost of every planner on {shown.name}", "", "![per-rank bars](rank_bars.png)", ""]
     lines += ["## Every task", "",
-              "| task | planner | valid | replayed ms | predicted ms | bound ms | gap | headroom | plan s | note |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| task | planner | valid | replayed step ms | predicted step ms | replayed bottleneck ms"
+              " | predicted bottleneck ms | bound ms | gap | headroom | plan s | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
     for e in entries:
         lines.append(
-            f"| {e.task} | {e.planner} | {'yes' if e.valid else 'no'} | {fmt(e.replayed_ms)} | {fmt(e.predicted_ms)}"
+            f"| {e.task} | {e.planner} | {'yes' if e.valid else 'no'} | {fmt(e.replayed_step_ms)}"
+            f" | {fmt(e.predicted_step_ms)} | {fmt(e.replayed_ms)} | {fmt(e.predicted_ms)}"
             f" | {fmt(e.lower_bound_ms)} | {'-' if e.gap is None else f'{e.gap:.1%}'} |"
             f" {'-' if e.headroom is None else f'{e.headroom:.0%}'} | {e.plan_s:.1f} | {e.note} |"
         )
@@ -138,7 +149,7 @@ def _ratio_plot(ratios: dict[str, list[float]], metric: str, path: Path) -> None
     ax.boxplot([ratios[n] for n in names], showfliers=True)
     ax.set_xticks(range(1, len(names) + 1), names, rotation=30, ha="right", fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_ylabel(f"{'replayed' if metric == 'replayed_ms' else 'predicted'} bottleneck / TorchRec's")
+    ax.set_ylabel(f"{'replayed' if metric.startswith('replayed') else 'predicted'} step / TorchRec's")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -28,8 +28,10 @@ class Entry:
     planner: str
     valid: bool
     plan_s: float
-    predicted_ms: Optional[float] = None
+    predicted_ms: Optional[float] = None  # the bottleneck rank's total
     replayed_ms: Optional[float] = None
+    predicted_step_ms: Optional[float] = None  # the critical path: slowest rank per phase, summed
+    replayed_step_ms: Optional[float] = None
     replayed_runs: list = field(default_factory=list)
     headroom: Optional[float] = None  # 1 - the fullest rank's memory over the cap
     lower_bound_ms: Optional[float] = None
@@ -68,6 +70,7 @@ def run_suite(
     from shardopt.memory import plan_memory
     from shardopt.plan_checks import check_plan
     from shardopt.planner import plan_workload
+    from shardopt.search.objective import critical_path_ms
 
     entries: list[Entry] = []
     plans: dict = {}
@@ -100,6 +103,7 @@ def run_suite(
             entries.append(Entry(
                 task.name, planner, check_plan(workload, plan).valid, seconds,
                 predicted_ms=max(r.total_ms for r in per_rank),
+                predicted_step_ms=critical_path_ms(per_rank),
                 headroom=1 - max(hbm.values(), default=0) / workload.topology.hbm_cap,
             ))
             plans[task.name, planner] = plan
@@ -124,6 +128,7 @@ def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -
                                  rounds, comm=packaged_cpu_comm())
     for e in entries:
         e.replayed_ms = result.bottleneck_ms(e.planner)
+        e.replayed_step_ms = result.step_ms(e.planner)
         e.replayed_runs = result.runs[e.planner]
         plans[task.name, e.planner, "replayed"] = result.per_rank[e.planner]
 

@@ -17,7 +17,7 @@ from shardopt.errors import ErrorKind, ShardoptError
 from shardopt.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_candidates
-from shardopt.search.speeds import NOMINAL, SpeedScenarios
+from shardopt.search.objective import CRITICAL_PATH, Objective
 from shardopt.units import format_bytes
 from shardopt.workload import Workload
 
@@ -85,12 +85,12 @@ class GreedySearch:
 
     def __init__(
         self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0, candidates: str = "all",
-        speeds: SpeedScenarios = NOMINAL,
+        objective: Objective = CRITICAL_PATH,
     ) -> None:
         self.targets = tuple(targets)
         self.repair_s = repair_s
         self.candidate_set = candidates
-        self.speeds = speeds  # the repair's score; placement itself weighs the model's speed
+        self.objective = objective  # the repair's score; placement itself balances rank totals
 
     def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None) -> SearchResult:
         """``candidates`` and their ``costs`` may be passed in when the caller has them already."""
@@ -123,7 +123,7 @@ class GreedySearch:
         if self.repair_s > 0:
             from shardopt.search.repair import repaired
 
-            result = repaired(workload, cost_model, result, self.repair_s, speeds=self.speeds)
+            result = repaired(workload, cost_model, result, self.repair_s, objective=self.objective)
         return result
 
     @staticmethod

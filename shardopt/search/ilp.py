@@ -32,7 +32,7 @@ from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
-from shardopt.search.speeds import NOMINAL, SpeedScenarios
+from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, PHASES, Objective
 from shardopt.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
@@ -65,10 +65,10 @@ class IlpSearch:
         workers: int | None = None,
         good_enough_gap: float = 0.01,
         candidates: str = "all",
-        speeds: SpeedScenarios = NOMINAL,
+        objective: Objective = CRITICAL_PATH,
     ):
         self.candidate_set = candidates
-        self.speeds = speeds
+        self.objective = objective
         self.time_limit_s = time_limit_s
         self.good_enough_gap = good_enough_gap
         self.max_variables = max_variables
@@ -79,7 +79,7 @@ class IlpSearch:
         started = time.perf_counter()
         result = self._solve(workload, cost_model)
         return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
-                        deadline=started + WALL_GUARD * self.time_limit_s, speeds=self.speeds)
+                        deadline=started + WALL_GUARD * self.time_limit_s, objective=self.objective)
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
@@ -109,7 +109,7 @@ class IlpSearch:
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
         curves = getattr(cost_model, "comm_curves", lambda w: None)(workload)
-        model = _Model(workload, candidates, costs, replica_ms, curves, self.speeds)
+        model = _Model(workload, candidates, costs, replica_ms, curves, self.objective)
         model.hint(model.canonical(greedy.tables))
         solver = cp_model.CpSolver()
         # The deterministic limit (a third of the solver's share of the time limit, which on a
@@ -134,17 +134,13 @@ class IlpSearch:
             self.last_report = IlpReport(f"{name} (greedy kept)", float("nan"), cheap, size)
             return SearchResult(greedy.tables, cheap, "greedy", f"{name} (greedy kept)", variables=size)
         tables = model.solution(solver)
-        # The objective is the weighted bottleneck over the speed scenarios (the bottleneck itself
-        # under the model's speed alone), and so is the solver's bound.
-        solver_bound = solver.best_objective_bound / model.scale / model.weight
+        solver_bound = solver.best_objective_bound / model.scale
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
-        # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under several
-        # speeds it bounds their weighted bottleneck, not the model's, so it is not the plan's bound.
+        # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under the
+        # critical path it bounds that, which is never below the bottleneck: not the plan's bound.
         additive = getattr(cost_model, "additive", lambda w: True)(workload)
-        bound = max(cheap, solver_bound) if additive and self.speeds.nominal else cheap
-        if not self.speeds.nominal:
-            solver_bound = None
-        self.last_report = IlpReport(name, solver.objective_value / model.scale / model.weight, bound, size)
+        bound = max(cheap, solver_bound) if additive and self.objective == BOTTLENECK else cheap
+        self.last_report = IlpReport(name, solver.objective_value / model.scale, bound, size)
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
@@ -168,7 +164,7 @@ class _Model:
 
     def __init__(
         self, workload: Workload, candidates: dict[str, list[Candidate]], costs, replica_ms: float = 0.0,
-        curves: CommCurves | None = None, speeds: SpeedScenarios = NOMINAL,
+        curves: CommCurves | None = None, objective: Objective = BOTTLENECK,
     ) -> None:
         topo = workload.topology
         self.workload = workload
@@ -179,8 +175,7 @@ class _Model:
         self.scale = COST_RESOLUTION / max(biggest + replica_ms, 1e-9)
         cp = cp_model.CpModel()
         self.cp = cp
-        load = [[] for _ in range(world)]  # (int compute cost, literal) terms per rank
-        traffic = [[] for _ in range(world)]  # (int comm cost, literal) terms per rank
+        load = [[[] for _ in PHASES] for _ in range(world)]  # (int cost, literal) per rank and phase
         memory = [[] for _ in range(world)]
         ddr = [[] for _ in range(topo.num_hosts)]
         # Pinned (row-wise, data-parallel, table-row-wise) load per rank, for symmetry classes.
@@ -202,11 +197,13 @@ class _Model:
         unit = {key: byte_unit(size) for key, size in most.items()}
 
         def charge(rank, cost, literal, pin=None, sent_bytes=None):
-            compute = cost.fwd_compute_ms + cost.bwd_compute_ms
-            load[rank].append((int(round(compute * self.scale)), literal))
-            if curves is None:
-                traffic[rank].append((int(round((cost.fwd_comm_ms + cost.bwd_comm_ms) * self.scale)), literal))
-            else:
+            phases = [cost.fwd_compute_ms, cost.fwd_comm_ms, cost.bwd_compute_ms, cost.bwd_comm_ms]
+            for i, ms in enumerate(phases):
+                if curves is not None and PHASES[i].endswith("comm_ms"):
+                    continue  # read off the curves below
+                if ms:
+                    load[rank][i].append((int(round(ms * self.scale)), literal))
+            if curves is not None:
                 for key, size in zip(COLLECTIVES, sent_bytes):
                     if size > 0:
                         sent[rank][key].append((in_units(size, unit[key]), literal))
@@ -272,7 +269,7 @@ class _Model:
                 cp.add_implication(x, any_replica)
             cost = int(round(replica_ms * self.scale))
             for rank in range(world):
-                traffic[rank].append((cost, any_replica))
+                load[rank][PHASES.index("bwd_comm_ms")].append((cost, any_replica))
         self._break_symmetry(workload, costs, pinned)
         # Memory: what a rank holds stays within its cap.
         for rank in range(world):
@@ -284,32 +281,38 @@ class _Model:
                     cp.add(sum(b * lit for b, lit in host_terms) <= topo.ddr_cap)
         top = 2 * COST_RESOLUTION
         if curves is not None:
-            # A rank's comm, as replay reads it: ids out, pooled embeddings back and their
-            # gradients (twice the pooled curve), a ring all-reduce of replicas' gradients.
-            for key, pattern, weight in (("ids", "even", 1), ("pooled", "pooled", 2), ("allreduce", "even", 2)):
+            # A rank's comm, as replay reads it: ids out and pooled embeddings back (forward), their
+            # gradients and a ring all-reduce of replicas' gradients (backward).
+            fwd, bwd = PHASES.index("fwd_comm_ms"), PHASES.index("bwd_comm_ms")
+            for key, pattern, where in (("ids", "even", ((fwd, 1),)), ("pooled", "pooled", ((fwd, 1), (bwd, 1))),
+                                        ("allreduce", "even", ((bwd, 2),))):
                 points = breakpoints(curves, world, pattern, most[key])
                 seconds = lambda size, p=pattern: curves.seconds(world, p, size)  # noqa: E731
-                top += weight * (math.ceil(seconds(points[-1]) * 1e3 * self.scale) + 1)
+                top += sum(w for _, w in where) * (math.ceil(seconds(points[-1]) * 1e3 * self.scale) + 1)
                 for rank in range(world):
                     cost = curve_cost(cp, seconds, points, sent[rank][key], unit[key], self.scale,
                                       f"{key},{rank}")
                     if cost is not None:
-                        traffic[rank].append((weight, cost))
-        # Each speed's bottleneck bounds every rank's load at that speed; minimising their weighted
-        # sum balances the ranks (compute and traffic each, where there is room). Factors and
-        # weights in hundredths keep the constraints integer.
-        factors = [round(100 * k) for k in speeds.factors]
-        weights = [round(100 * w) for w in speeds.weights]
-        self.weight = sum(weights)
-        peaks = []
-        for k, factor in enumerate(factors):
-            peak = cp.new_int_var(0, -(-top * max(factors) // 100), f"bottleneck[{k}]")
-            peaks.append(peak)
+                        for phase, weight in where:
+                            load[rank][phase].append((weight, cost))
+        if objective == BOTTLENECK:
+            # The bottleneck bounds every rank's load; minimising it balances the ranks.
+            peak = cp.new_int_var(0, top, "bottleneck")
             for rank in range(world):
-                if load[rank] or traffic[rank]:
-                    cp.add(factor * sum(w * lit for w, lit in load[rank])
-                           + 100 * sum(w * lit for w, lit in traffic[rank]) <= 100 * peak)
-        cp.minimize(sum(w * peak for w, peak in zip(weights, peaks)))
+                terms = [t for phase in load[rank] for t in phase]
+                if terms:
+                    cp.add(sum(w * lit for w, lit in terms) <= peak)
+            cp.minimize(peak)
+        else:
+            # Each phase's slowest rank bounds every rank's time in it; their sum is the step.
+            peaks = []
+            for i, phase in enumerate(PHASES):
+                peak = cp.new_int_var(0, top, f"slowest[{phase}]")
+                peaks.append(peak)
+                for rank in range(world):
+                    if load[rank][i]:
+                        cp.add(sum(w * lit for w, lit in load[rank][i]) <= peak)
+            cp.minimize(sum(peaks))
 
     def _break_symmetry(self, workload: Workload, costs, pinned) -> None:
         """Among interchangeable ranks, the k-th table's first piece uses only the first k+1."""

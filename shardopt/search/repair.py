@@ -4,10 +4,10 @@ The ILP and the greedy add up shard costs, but a fused rank's cost is not additi
 collective overheads depend on which kinds a rank holds, and a learned model prices a rank's
 shards together. So after a search, each rank is re-scored as the model sees it, and shards are
 moved off (or swapped with a lighter shard from) the bottleneck rank while that lowers the
-bottleneck. Under several compute speeds (``speeds.py``) the score is their weighted bottleneck,
-and moves are tried off each speed's bottleneck rank, shards weighed at that speed. Only the moved
-shards' two ranks are re-scored per trial, so it scales to 1000 tables on 128 ranks within a
-budget.
+bottleneck. Under the critical-path objective (``objective.py``) the score is the sum over
+phases of each phase's slowest rank, and moves are tried off each phase's slowest rank, shards
+weighed by that phase. Only the moved shards' two ranks are re-scored per trial, so it scales to
+1000 tables on 128 ranks within a budget.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 from shardopt.costmodel.base import CostModel
 from shardopt.memory import plan_memory, shard_memory
 from shardopt.plan import Shard, TablePlan
-from shardopt.search.speeds import NOMINAL, SpeedScenarios
+from shardopt.search.objective import BOTTLENECK, Objective, Phases, rank_phases
 from shardopt.workload import Workload
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class RepairResult:
     before_ms: float  # the model's bottleneck
     after_ms: float
     cut_by_clock: bool = False  # the deadline, not the budget or a local optimum, stopped it
-    before_score: float = 0.0  # the weighted bottleneck over the speed scenarios
+    before_score: float = 0.0  # the objective's
     after_score: float = 0.0
 
 
@@ -57,7 +57,7 @@ def movable(workload: Workload, tp: TablePlan) -> str | None:
 
 
 class _State:
-    """Shards per rank, with each rank's re-scored (compute, communication) and memory."""
+    """Shards per rank, with each rank's re-scored phases and memory."""
 
     def __init__(self, workload: Workload, model: CostModel, tables: Sequence[TablePlan]) -> None:
         self.workload = workload
@@ -69,7 +69,7 @@ class _State:
         for ti, tp in enumerate(self.tables):
             for si, shard in enumerate(tp.shards):
                 self.on_rank[shard.rank].append((ti, si))
-        self.load = [_split(r) for r in model.breakdown(workload, self.tables)]
+        self.load = [rank_phases(r) for r in model.breakdown(workload, self.tables)]
         hbm, ddr = plan_memory(workload, self.tables)
         self.hbm = [hbm.get(r, 0) for r in range(world)]
         self.ddr = [ddr.get(h, 0) for h in range(workload.topology.num_hosts)]
@@ -82,18 +82,18 @@ class _State:
         )
         return mem.hbm_bytes, mem.ddr_bytes
 
-    def rank_load(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> tuple[float, float]:
-        """The model's (compute, comm) for ``rank`` holding ``items`` (shards re-ranked per ``moved_rank``)."""
+    def rank_load(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> Phases:
+        """The model's phases for ``rank`` holding ``items`` (shards re-ranked per ``moved_rank``)."""
         grouped: dict[int, list[Shard]] = {}
         for ti, si in items:
             shard = self.tables[ti].shards[si]
             grouped.setdefault(ti, []).append(replace(shard, rank=moved_rank.get((ti, si), shard.rank)))
         sub = [replace(self.tables[ti], shards=tuple(shards)) for ti, shards in sorted(grouped.items())]
         if not sub:
-            return 0.0, 0.0
-        return _split(self.model.breakdown(self.workload, sub)[rank])
+            return 0.0, 0.0, 0.0, 0.0
+        return rank_phases(self.model.breakdown(self.workload, sub)[rank])
 
-    def apply(self, moves: Sequence[tuple[int, int, int]], loads: dict[int, tuple[float, float]]) -> None:
+    def apply(self, moves: Sequence[tuple[int, int, int]], loads: dict[int, Phases]) -> None:
         """Move shards (table, shard, destination) and record the re-scored loads."""
         topo = self.workload.topology
         for ti, si, dest in moves:
@@ -113,12 +113,8 @@ class _State:
             self.load[rank] = value
 
 
-def _split(r) -> tuple[float, float]:
-    return r.fwd_compute_ms + r.bwd_compute_ms, r.fwd_comm_ms + r.bwd_comm_ms
-
-
-def _peak(loads: Sequence[tuple[float, float]]) -> float:
-    return max((c + m for c, m in loads), default=0.0)
+def _peak(loads: Sequence[Phases]) -> float:
+    return max((sum(p) for p in loads), default=0.0)
 
 
 def repair_bottleneck(
@@ -129,7 +125,7 @@ def repair_bottleneck(
     time_budget_s: float = 1.0,
     max_moves: int = 1000,
     deadline: float | None = None,
-    speeds: SpeedScenarios = NOMINAL,
+    objective: Objective = BOTTLENECK,
 ) -> RepairResult:
     """Moves and swaps off the bottleneck rank while they lower the score, within the budget.
 
@@ -140,12 +136,12 @@ def repair_bottleneck(
     state = _State(workload, model, tables)
     topo = workload.topology
     before = _peak(state.load)
-    before_score = speeds.score(state.load)
+    before_score = objective.score(state.load)
     moves = 0
-    shard_alone: dict[tuple[int, int], tuple[float, float]] = {}
+    shard_alone: dict[tuple[int, int], Phases] = {}
 
-    def alone(item: tuple[int, int], factor: float) -> float:
-        """The shard's cost priced alone, its compute at ``factor`` times the model's."""
+    def alone(item: tuple[int, int], weights: Phases) -> float:
+        """The shard's cost priced alone, its phases weighted."""
         if item not in shard_alone:
             tp = state.tables[item[0]]
             shard = tp.shards[item[1]]
@@ -153,9 +149,8 @@ def repair_bottleneck(
                 workload, state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
                 tp.compute_kernel, tp.cache_load_factor,
             )
-            shard_alone[item] = (cost.fwd_compute_ms + cost.bwd_compute_ms, cost.fwd_comm_ms + cost.bwd_comm_ms)
-        compute, comm = shard_alone[item]
-        return factor * compute + comm
+            shard_alone[item] = rank_phases(cost)
+        return sum(w * x for w, x in zip(weights, shard_alone[item]))
 
     def fits(item: tuple[int, int], src: int, dest: int, back: tuple[int, int] | None = None) -> bool:
         hbm, ddr = state._memory(item[0], state.tables[item[0]].shards[item[1]])
@@ -188,11 +183,11 @@ def repair_bottleneck(
         return used >= evaluations or time.perf_counter() >= deadline
 
     while moves < max_moves and not out_of_budget():
-        score = speeds.score(state.load)
+        score = objective.score(state.load)
         best: tuple[float, list, dict] | None = None
-        # Off each speed's bottleneck rank (one rank under the model's speed alone), shards weighed
-        # at that speed: a slow-compute bottleneck sheds compute, and a swap brings back traffic.
-        for worst, k in speeds.bottlenecks(state.load):
+        # Off the bottleneck rank, or off each phase's slowest rank with shards weighed by the
+        # phases it is slowest in: a rank slowest in lookups sheds lookups, a swap brings traffic.
+        for worst, k in objective.sources(state.load):
             items = sorted(state.on_rank[worst], key=lambda it: (-alone(it, k), it))[:MAX_SHARDS_TRIED]
             dests = sorted((r for r in range(len(state.load)) if r != worst),
                            key=lambda r: (sum(state.load[r]), r))[:MAX_DESTINATIONS]
@@ -218,7 +213,7 @@ def repair_bottleneck(
                         used += 2
                         trial = list(state.load)
                         trial[worst], trial[dest] = new_src, new_dst
-                        new_score = speeds.score(trial)
+                        new_score = objective.score(trial)
                         if new_score < score - _EPS and (best is None or new_score < best[0] - _EPS):
                             trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
                             best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
@@ -230,16 +225,16 @@ def repair_bottleneck(
         moves += 1
     cut = time.perf_counter() >= deadline and used < evaluations and moves < max_moves
     return RepairResult(tuple(state.tables), moves, before, _peak(state.load), cut,
-                        before_score, speeds.score(state.load))
+                        before_score, objective.score(state.load))
 
 
 def repaired(
     workload: Workload, model: CostModel, result: "SearchResult", budget_s: float,
-    deadline: float | None = None, speeds: SpeedScenarios = NOMINAL,
+    deadline: float | None = None, objective: Objective = BOTTLENECK,
 ) -> "SearchResult":
     """The search's result after repair; the plan is kept only if repair lowered its score."""
     fixed = repair_bottleneck(workload, model, result.tables, time_budget_s=budget_s, deadline=deadline,
-                              speeds=speeds)
+                              objective=objective)
     tables = fixed.tables if fixed.after_score < fixed.before_score else result.tables
     status = result.status
     if fixed.cut_by_clock:

@@ -23,7 +23,6 @@ from torchrec.distributed.planner.types import (
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from shardopt.plan import Plan
-from shardopt.search.speeds import DEFAULT_SPREAD
 from shardopt.torchrec.module import Origin, workload_from_module
 from shardopt.torchrec.sharding_plan import to_sharding_plan
 from shardopt.workload import Workload
@@ -44,7 +43,7 @@ class ShardoptPlanner(ShardingPlanner):
         cost_model: str = "analytic",
         time_limit_s: float = 5.0,
         search: str = "ilp",
-        speed_spread: float = DEFAULT_SPREAD,
+        objective: str = "critical-path",
         **torchrec_options,
     ) -> None:
         if torchrec_options:
@@ -56,7 +55,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
-        self.speed_spread = speed_spread  # see shardopt.search.speeds
+        self.objective = objective  # "critical-path" or "bottleneck" (shardopt.search.objective)
         self.last_plan: Optional[Plan] = None
         self.last_workload: Optional[Workload] = None
         self.last_origins: Optional[dict[str, Origin]] = None
@@ -78,7 +77,7 @@ class ShardoptPlanner(ShardingPlanner):
         from shardopt.planner import plan_workload
         from shardopt.search.greedy import GreedySearch
         from shardopt.search.ilp import IlpSearch
-        from shardopt.search.speeds import SpeedScenarios
+        from shardopt.search.objective import OBJECTIVES
 
         from torchrec.distributed.planner.constants import BATCH_SIZE
 
@@ -88,11 +87,11 @@ class ShardoptPlanner(ShardingPlanner):
         model, warnings = resolve_cost_model(self.cost_model, workload)
         for warning in warnings:
             logger.warning(warning)
-        speeds = SpeedScenarios.spread(self.speed_spread)
+        goal = OBJECTIVES[self.objective]
         if self.search == "ilp":
-            search = IlpSearch(time_limit_s=self.time_limit_s, candidates="torchrec", speeds=speeds)
+            search = IlpSearch(time_limit_s=self.time_limit_s, candidates="torchrec", objective=goal)
         else:
-            search = GreedySearch(candidates="torchrec", speeds=speeds)
+            search = GreedySearch(candidates="torchrec", objective=goal)
         plan = plan_workload(workload, cost_model=model, search=search, source="model")
         self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
         return to_sharding_plan(plan, workload, origins)
