@@ -74,7 +74,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     if search:
         parts = [f"search: {search.algorithm}, status {search.status}"]
         if search.objective:
-            parts.append(f"minimising the {search.objective}")
+            parts.append(f"objective {search.objective}")
         if search.solver_bound_ms is not None:
             parts.append(f"solver bound {search.solver_bound_ms:.3f} ms")
         if search.variables:
