@@ -219,6 +219,10 @@ def repair_bottleneck(
                             best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
                         if back is None and best is not None and best[1][0][:2] == item:
                             break  # a plain move of this shard works; no need to try swaps for it
+                if best is not None:
+                    break  # the heaviest shard that can move: take its best move, then look again
+            if best is not None:
+                break
         if best is None:
             break
         state.apply(best[1], best[2])
