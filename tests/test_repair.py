@@ -25,15 +25,23 @@ def medium():
     return workload, model
 
 
-def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium):
+@pytest.fixture(scope="module")
+def lopsided(medium):
+    """The greedy plan of dlrm-medium with its first ten table-wise tables piled onto rank 0: a
+    bottleneck repair must take apart."""
     workload, model = medium
     plan = plan_workload(workload, cost_model=model, search=GreedySearch(repair_s=0))
-    # Pile the first ten tables onto rank 0: a bottleneck repair must take apart.
-    lopsided = tuple(
+    tables = tuple(
         replace(tp, shards=tuple(replace(s, rank=0) for s in tp.shards))
         if i < 10 and tp.sharding_type == "table_wise" else tp
         for i, tp in enumerate(plan.tables)
     )
+    return plan, tables
+
+
+def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium, lopsided):
+    workload, model = medium
+    plan, lopsided = lopsided
     before = max(r.total_ms for r in model.breakdown(workload, lopsided))
     fixed = repair_bottleneck(workload, model, lopsided, time_budget_s=5)
     after = max(r.total_ms for r in model.breakdown(workload, fixed.tables))
@@ -46,19 +54,14 @@ def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium):
     assert again.tables == fixed.tables
 
 
-def test_repair_cut_by_its_deadline_says_so(medium):
+def test_repair_cut_by_its_deadline_says_so(medium, lopsided):
     import time
 
     from shardopt.search.greedy import SearchResult
     from shardopt.search.repair import repaired
 
     workload, model = medium
-    plan = plan_workload(workload, cost_model=model, search=GreedySearch(repair_s=0))
-    lopsided = tuple(
-        replace(tp, shards=tuple(replace(s, rank=0) for s in tp.shards))
-        if i < 10 and tp.sharding_type == "table_wise" else tp
-        for i, tp in enumerate(plan.tables)
-    )
+    _, lopsided = lopsided
     far = repair_bottleneck(workload, model, lopsided, time_budget_s=5, deadline=time.perf_counter() + 600)
     assert far.moves > 0 and not far.cut_by_clock
     cut = repaired(workload, model, SearchResult(lopsided, 0.0, status="FEASIBLE"), 5,

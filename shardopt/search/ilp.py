@@ -32,7 +32,7 @@ from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
-from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, PHASES, Objective
+from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, PHASES, Objective, rank_phases
 from shardopt.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
@@ -197,8 +197,7 @@ class _Model:
         unit = {key: byte_unit(size) for key, size in most.items()}
 
         def charge(rank, cost, literal, pin=None, sent_bytes=None):
-            phases = [cost.fwd_compute_ms, cost.fwd_comm_ms, cost.bwd_compute_ms, cost.bwd_comm_ms]
-            for i, ms in enumerate(phases):
+            for i, ms in enumerate(rank_phases(cost)):
                 if curves is not None and PHASES[i].endswith("comm_ms"):
                     continue  # read off the curves below
                 if ms:

@@ -113,9 +113,6 @@ class _State:
             self.load[rank] = value
 
 
-def _peak(loads: Sequence[Phases]) -> float:
-    return max((sum(p) for p in loads), default=0.0)
-
 
 def repair_bottleneck(
     workload: Workload,
@@ -135,7 +132,7 @@ def repair_bottleneck(
     deadline = deadline if deadline is not None else float("inf")
     state = _State(workload, model, tables)
     topo = workload.topology
-    before = _peak(state.load)
+    before = BOTTLENECK.score(state.load)
     before_score = objective.score(state.load)
     moves = 0
     shard_alone: dict[tuple[int, int], Phases] = {}
@@ -228,7 +225,7 @@ def repair_bottleneck(
         state.apply(best[1], best[2])
         moves += 1
     cut = time.perf_counter() >= deadline and used < evaluations and moves < max_moves
-    return RepairResult(tuple(state.tables), moves, before, _peak(state.load), cut,
+    return RepairResult(tuple(state.tables), moves, before, BOTTLENECK.score(state.load), cut,
                         before_score, objective.score(state.load))
 
 
