@@ -44,6 +44,7 @@ REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver
 # itself stopped at a timing-dependent point although it finished in half of it (one task of
 # the bench's, six solves: two plans).
 WALL_GUARD = 3.0
+QUICK_SHARE = 0.1  # of the solver's work, for the whole portfolio before LNS alone
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,24 @@ class IlpSearch:
         return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
                         deadline=started + WALL_GUARD * self.time_limit_s, objective=self.objective)
 
+    def _solver(self, work_s: float, wall_s: float, lns_only: bool) -> cp_model.CpSolver:
+        """A solver stopped by ``work_s`` deterministic seconds (the wall clock only guards)."""
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = wall_s
+        solver.parameters.max_deterministic_time = work_s
+        solver.parameters.num_workers = self.workers
+        solver.parameters.interleave_search = True  # deterministic with several workers
+        # One subsolver task per batch: with larger batches the deterministic limit was checked so
+        # rarely that the solver ran on to 3.4x it, until the wall clock (and chance) stopped it.
+        solver.parameters.interleave_batch_size = 1
+        if lns_only:
+            # Improve the hint by large-neighbourhood search alone, after a light presolve: at
+            # 100 tables x 8 ranks the full presolve used the whole limit, and the greedy was kept.
+            solver.parameters.use_lns_only = True
+            solver.parameters.find_big_linear_overlap = False
+            solver.parameters.max_presolve_iterations = 1
+        return solver
+
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
         costs = {
@@ -113,27 +132,31 @@ class IlpSearch:
         model = _Model(workload, candidates, costs, replica_ms, curves, self.objective)
         model.hint(model.canonical(greedy.tables))
         model.complete_hint()
-        solver = cp_model.CpSolver()
         # The deterministic limit (a third of the solver's share of the time limit, which on a
         # 2-core VM takes about half of it) stops the solver; the wall clock is a far guard.
         solve_s = max(0.1, self.time_limit_s * (1 - REPAIR_SHARE))
-        solver.parameters.max_time_in_seconds = WALL_GUARD * solve_s
-        solver.parameters.max_deterministic_time = solve_s / 3
-        solver.parameters.num_workers = self.workers
-        solver.parameters.interleave_search = True  # deterministic with several workers
-        # One subsolver task per batch: with larger batches the deterministic limit was checked so
-        # rarely that the solver ran on to 3.4x it, until the wall clock (and chance) stopped it.
-        solver.parameters.interleave_batch_size = 1
-        # Start from the (completed) greedy hint and improve it by large-neighbourhood search
-        # only: the full-problem subsolvers spent the limit proving little (on 8 of the bench's
-        # tasks the critical path came out 1.4% longer with them). A lighter presolve leaves the
-        # limit to the search: at 100 tables x 8 ranks the full one used all of it.
-        solver.parameters.use_lns_only = True
-        solver.parameters.find_big_linear_overlap = False
-        solver.parameters.max_presolve_iterations = 1
+        work = solve_s / 3
+        # First the whole portfolio, briefly: it proves small instances optimal (tiny.yaml in 0.07
+        # deterministic seconds), which large-neighbourhood search alone never does.
+        solver = self._solver(QUICK_SHARE * work, QUICK_SHARE * WALL_GUARD * solve_s, lns_only=False)
         status = solver.solve(model.cp)
+        bound = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+        if status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+            # Then LNS alone from the greedy plan, the better of the two kept: the full-problem
+            # subsolvers spent the limit proving little (on 8 of the bench's tasks the step came
+            # out 1.4% longer with them throughout).
+            first, first_status = solver, status
+            solver = self._solver(work, WALL_GUARD * solve_s, lns_only=True)
+            status = solver.solve(model.cp)
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                bound = max(bound, solver.best_objective_bound)
+            if first_status == cp_model.FEASIBLE and (
+                status not in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+                or first.objective_value < solver.objective_value
+            ):
+                solver, status = first, first_status
         name = solver.status_name(status)
-        if solver.wall_time >= 0.99 * WALL_GUARD * solve_s:
+        if solver.wall_time >= 0.99 * solver.parameters.max_time_in_seconds:
             name += f" (stopped by the wall clock at {WALL_GUARD:g}x the limit; may differ between runs)"
         if status == cp_model.INFEASIBLE:
             raise ShardoptError(
@@ -143,7 +166,7 @@ class IlpSearch:
             self.last_report = IlpReport(f"{name} (greedy kept)", float("nan"), cheap, size)
             return SearchResult(greedy.tables, cheap, "greedy", f"{name} (greedy kept)", variables=size)
         tables = model.solution(solver)
-        solver_bound = solver.best_objective_bound / model.scale
+        solver_bound = bound / model.scale
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
         # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under the
         # critical path it bounds that, which is never below the bottleneck: not the plan's bound.
@@ -421,10 +444,14 @@ class _Model:
         solver.parameters.max_deterministic_time = deterministic_s
         if solver.solve(fixed) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return False
-        self.cp.clear_hints()
-        for index, value in enumerate(solver.response_proto.solution):
-            self.cp.add_hint(self.cp.get_int_var_from_proto_index(index), value)
+        self.hint_values(solver.response_proto.solution)
         return True
+
+    def hint_values(self, values) -> None:
+        """Hint every variable: ``values`` in the model's variable order (a solver's solution)."""
+        self.cp.clear_hints()
+        for index, value in enumerate(values):
+            self.cp.add_hint(self.cp.get_int_var_from_proto_index(index), value)
 
     def solution(self, solver: cp_model.CpSolver) -> tuple[TablePlan, ...]:
         local = self.workload.topology.ranks_per_host
