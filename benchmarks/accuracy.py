@@ -137,7 +137,8 @@ def main() -> None:
         f"Held out: {args.workloads} synthetic DLRM-like workloads (2 or 4 CPU ranks, 8-20 tables drawn"
         " under seeds the profile never used), each with shardopt's greedy plan and"
         f" {args.plans} random plans: {len(plans)} plans, {len(rows)} ranks. Measured: replay, compute"
-        " medians of 10 iterations after 3 warm-up per rank (FBGEMM kernels, one thread);"
+        " medians of 10 iterations (a new batch each) after 3 warm-up per rank (FBGEMM kernels,"
+        " one thread);"
         " communication from the committed CPU all-to-all profile.",
         "",
         "| model | per-rank compute MAPE | median APE | sd of log(measured/predicted) | bottleneck Spearman (mean over workloads) |",

@@ -25,7 +25,7 @@ from shardopt.memory import plan_memory
 from shardopt.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
-from shardopt.profile.tbe import PreparedKernel
+from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel
 from shardopt.workload import Workload
 
 
@@ -165,10 +165,15 @@ class PlanReplay:
         self.comm = comm or DeclaredBandwidthComm()
         world = self.workload.topology.world_size
         global_batch = self.workload.batch_size * world
-        self.batches = {
-            t.name: sample_bags(t, global_batch, np.random.default_rng([seed, i]))
-            for i, t in enumerate(self.workload.tables)
-        }
+        # A new batch each iteration, as in training (DISTINCT_BATCHES says why); the first is the
+        # batch replay always drew, the others come from seeds of their own.
+        self.batches = [
+            {
+                t.name: sample_bags(t, global_batch, np.random.default_rng([seed, i] + ([j] if j else [])))
+                for i, t in enumerate(self.workload.tables)
+            }
+            for j in range(DISTINCT_BATCHES)
+        ]
         self.notes = tuple(sorted(
             {
                 f"{t.data_type} tables are measured at {measured_precision(t.data_type, device)}"
@@ -185,11 +190,11 @@ class PlanReplay:
 
     def build_rank(self, rank: int) -> list[PreparedKernel]:
         """The rank's fused kernels (one per precision, replicas apart), built with their inputs."""
-        groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
+        per_batch = [_rank_bags(self.workload, self.plan, rank, b, self.device) for b in self.batches]
         return [
-            PreparedKernel([spec for spec, _ in members], [bags for _, bags in members],
-                           backend=self.backend, device=self.device, precision=precision)
-            for (precision, _), members in sorted(groups.items())
+            PreparedKernel([spec for spec, _ in members], [[bags for _, bags in g[key]] for g in per_batch],
+                           backend=self.backend, device=self.device, precision=key[0])
+            for key, members in sorted(per_batch[0].items())
         ]
 
     def time_rank(self, rank: int, kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> RankReplay:

@@ -147,3 +147,18 @@ def test_sigint_keeps_points_and_rerun_resumes(tmp_path):
     assert lines[: len(kept)] == kept  # finished points were not measured again
     keys = [json.loads(line)["key"] for line in lines]
     assert len(keys) == len(set(keys)) == total
+
+
+def test_a_profile_timed_on_one_batch_is_not_resumed(runner, unit_dataset, tmp_path):
+    """Points timed on one repeated batch (before distinct_batches) must not mix with new ones."""
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(unit_dataset.folder, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["distinct_batches"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli(runner, "profile", "--preset", "unit", "-o", old)
+    assert result.exit_code == 2
+    assert "distinct_batches: the dataset was measured with None, this run has 8" in result.stderr

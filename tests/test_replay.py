@@ -116,3 +116,26 @@ def test_declared_comm_matches_the_analytic_prediction(good):
         assert f == pytest.approx(pred.fwd_comm_ms, abs=1e-6)  # the plan file keeps 6 decimals
         assert b == pytest.approx(pred.bwd_comm_ms, abs=1e-6)
     assert sum(b.pooled for b in rank_comm_bytes(workload, plan.tables)) > 0
+
+
+def test_a_kernel_is_fed_a_new_batch_each_iteration(good):
+    """Timing one batch over and over caches exactly its rows, which no training step sees."""
+    import torch
+
+    from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel
+    from shardopt.replay import PlanReplay
+
+    workload, plan = good
+    replay = PlanReplay(workload, plan, backend="fbgemm")
+    assert len(replay.batches) == DISTINCT_BATCHES
+    first = replay.batches[0][workload.tables[0].name].ids
+    assert all(not np.array_equal(b[workload.tables[0].name].ids, first) for b in replay.batches[1:])
+    kernel = replay.build_rank(0)[0]
+    assert len(kernel.inputs) == DISTINCT_BATCHES
+    torch.manual_seed(0)
+    kernel.kernel.set_weights([torch.randn_like(w) for w in kernel.kernel.weights()])
+    outputs = [kernel.kernel.forward(kernel._batch()).detach().clone() for _ in range(DISTINCT_BATCHES + 1)]
+    assert not torch.equal(outputs[0], outputs[1])  # another batch, other rows pooled
+    assert torch.equal(outputs[0], outputs[DISTINCT_BATCHES])  # the cycle comes round (no update ran)
+    with pytest.raises(ValueError, match="one Bags per kernel spec"):
+        PreparedKernel([], [[first]], backend="fbgemm", device="cpu", precision="fp32")

@@ -72,7 +72,7 @@ def check(entries: list[Entry], baseline: dict, planner: str = "shardopt") -> tu
         return False, (
             f"cost_model: the baseline was predicted with {baseline['cost_model']}, this run with"
             f" {model}; predictions of two models are not comparable. Replay the benchmark"
-            " (shardopt bench --suite full --rounds 5 -o benchmarks/results/bench) and, if plan"
+            " (shardopt bench --suite full --rounds 15 -o benchmarks/results/bench) and, if plan"
             " quality holds, rewrite the baseline with --update."
         )
     metric = baseline.get("metric", "bottleneck")

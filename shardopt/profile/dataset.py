@@ -24,7 +24,11 @@ MANIFEST = "manifest.json"
 POINTS = "points.jsonl"
 DATASET_FORMAT = "shardopt-profile"
 # Manifest fields that must match for a rerun to add to an existing dataset.
-RESUME_FIELDS = ("format", "version", "device", "device_name", "backend", "preset", "seed")
+# A point measured one way is not resumed into a dataset measured another (one batch over and over
+# before distinct_batches was recorded; see shardopt/profile/tbe.py).
+RESUME_FIELDS = (
+    "format", "version", "device", "device_name", "backend", "preset", "seed", "distinct_batches",
+)
 
 
 def point_key(spec: dict) -> str:

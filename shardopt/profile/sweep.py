@@ -219,7 +219,7 @@ def run_sweep(
 
     from shardopt.profile.comm import spawn_all_to_all
     from shardopt.profile.kernels import resolve_backend
-    from shardopt.profile.tbe import measure_tables, timing_dict
+    from shardopt.profile.tbe import DISTINCT_BATCHES, measure_tables, timing_dict
 
     from shardopt.profile.comm import launched_by_torchrun
 
@@ -235,6 +235,7 @@ def run_sweep(
         "seed": seed,
         "backend": backend,
         "threads_per_rank": 1 if device == "cpu" else None,
+        "distinct_batches": DISTINCT_BATCHES,  # a new batch each timed iteration, in turn
         "shardopt": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "notes": sweep.notes,
