@@ -139,8 +139,8 @@ def main() -> None:
         "",
         "Replay: FBGEMM kernels on this machine; every rank of both plans built once and timed in"
         " turns (warm-up 2, median of 5 iterations per turn, each on a new batch), all turns in a"
-        " shuffled order each round (`shardopt.replay.replay_side_by_side`, as the bench does); communication from the"
-        " committed CPU all-to-all profile (gloo, 8 processes on this 2-core host: a latency floor"
+        " shuffled order each round (`shardopt.replay.replay_side_by_side`, as the bench does);"
+        " communication from the committed CPU all-to-all profile (gloo, 8 processes on this 2-core host: a latency floor"
         " of ~5 ms per collective and super-linear growth past 4 MB, which punishes a rank that"
         f" sends much more than the others). Machine: {cpu_fingerprint()}; the cost model was"
         f" profiled on {model_cpu or 'an unrecorded CPU'}.",

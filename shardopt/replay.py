@@ -119,22 +119,25 @@ def packaged_cpu_comm() -> ProfiledComm:
 
 
 def _rank_bags(
-    workload: Workload, plan: Plan, rank: int, batches: dict[str, Bags], device: str = "cpu"
-) -> dict[KernelKey, list[tuple[KernelSpec, Bags]]]:
-    """The shards of one rank grouped into kernels, each with the bags it receives."""
+    workload: Workload, plan: Plan, rank: int, batches: Sequence[dict[str, Bags]], device: str = "cpu"
+) -> dict[KernelKey, list[tuple[KernelSpec, list[Bags]]]]:
+    """The shards of one rank grouped into kernels, each with the bags it receives from every batch."""
     batch = workload.batch_size
     groups = rank_kernels(workload, plan.tables, device)[rank]
-    out: dict[KernelKey, list[tuple[KernelSpec, Bags]]] = {}
+    out: dict[KernelKey, list[tuple[KernelSpec, list[Bags]]]] = {}
     for key, members in groups.items():
         out[key] = []
         for placed in members:
-            bags = batches[placed.table.name]
-            if placed.sharding_type == "data_parallel":
-                per_sample = len(placed.table.features)  # bags are sample-major, a bag per feature
-                bags = bags.samples(rank * batch * per_sample, batch * per_sample)
-            elif (placed.row_offset, placed.rows) != (0, placed.table.num_embeddings):
-                bags = bags.rows(placed.row_offset, placed.rows)
-            out[key].append((KernelSpec(placed.rows, placed.cols), bags))
+            received = []
+            for drawn in batches:
+                bags = drawn[placed.table.name]
+                if placed.sharding_type == "data_parallel":
+                    per_sample = len(placed.table.features)  # bags are sample-major, a bag per feature
+                    bags = bags.samples(rank * batch * per_sample, batch * per_sample)
+                elif (placed.row_offset, placed.rows) != (0, placed.table.num_embeddings):
+                    bags = bags.rows(placed.row_offset, placed.rows)
+                received.append(bags)
+            out[key].append((KernelSpec(placed.rows, placed.cols), received))
     return out
 
 
@@ -190,11 +193,11 @@ class PlanReplay:
 
     def build_rank(self, rank: int) -> list[PreparedKernel]:
         """The rank's fused kernels (one per precision, replicas apart), built with their inputs."""
-        per_batch = [_rank_bags(self.workload, self.plan, rank, b, self.device) for b in self.batches]
+        groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
         return [
-            PreparedKernel([spec for spec, _ in members], [[bags for _, bags in g[key]] for g in per_batch],
-                           backend=self.backend, device=self.device, precision=key[0])
-            for key, members in sorted(per_batch[0].items())
+            PreparedKernel([spec for spec, _ in members], [list(b) for b in zip(*(bags for _, bags in members))],
+                           backend=self.backend, device=self.device, precision=precision)
+            for (precision, _), members in sorted(groups.items())
         ]
 
     def time_rank(self, rank: int, kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> RankReplay:

@@ -44,8 +44,8 @@ def test_row_wise_shards_get_their_rows_only(good):
     batches = _batches(workload)
     user = batches["user_id"]
     for rank, (lo, n) in enumerate([(0, 12000), (12000, 8000)]):
-        groups = _rank_bags(workload, plan, rank, batches)
-        shard_bags = [b for members in groups.values() for spec, b in members if spec.rows == n]
+        groups = _rank_bags(workload, plan, rank, [batches])
+        shard_bags = [b for members in groups.values() for spec, (b,) in members if spec.rows == n]
         assert len(shard_bags) == 1
         bags = shard_bags[0]
         assert bags.ids.max() < n
@@ -58,8 +58,8 @@ def test_data_parallel_replicas_get_the_local_batch(good):
     workload, plan = good
     plan = _recut(plan, 2, "data_parallel", [(0, 0, 300, 16), (1, 0, 300, 16)])
     batches = _batches(workload)
-    groups = _rank_bags(workload, plan, 1, batches)
-    dp = [b for (precision, is_dp), members in groups.items() if is_dp for _, b in members]
+    groups = _rank_bags(workload, plan, 1, [batches])
+    dp = [b for (precision, is_dp), members in groups.items() if is_dp for _, (b,) in members]
     assert len(dp) == 1 and len(dp[0].lengths) == workload.batch_size
     assert np.array_equal(dp[0].lengths, batches["country"].lengths[workload.batch_size :])
 
