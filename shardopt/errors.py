@@ -1,4 +1,13 @@
-"""One error type for everything a user can get wrong, and the exit code each kind maps to."""
+"""One error type for everything a user can get wrong, and the exit code each kind maps to.
+
+Exit codes of the ``shardopt`` command (README, "Errors and exit codes"):
+
+    0    success
+    1    the answer is "no": an invalid plan (``validate``), a regression (``bench --check``)
+    2    bad input or usage: a file, field or option that cannot be used as given
+    3    no plan fits: the workload is well-formed but infeasible
+    130  interrupted (SIGINT or SIGTERM); finished work is kept
+"""
 
 from __future__ import annotations
 
@@ -10,16 +19,41 @@ class ErrorKind(enum.Enum):
     INFEASIBLE = "infeasible"  # the workload is well-formed but no plan fits it
 
 
-EXIT_CODES = {ErrorKind.INPUT: 2, ErrorKind.INFEASIBLE: 2}
+EXIT_OK = 0
+EXIT_NO = 1
+EXIT_INPUT = 2
+EXIT_INFEASIBLE = 3
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {ErrorKind.INPUT: EXIT_INPUT, ErrorKind.INFEASIBLE: EXIT_INFEASIBLE}
 
 
-class ShardoptError(Exception):
-    """A failure the user can fix; its message is one line that names the file and field."""
+class ShardoptError(ValueError):
+    """A failure the user can fix; its message is one line that names the file and field.
+
+    A ValueError, so Python callers (the TorchRec plugin's users) can catch it as the bad-argument
+    error it is.
+    """
 
     def __init__(self, message: str, kind: ErrorKind = ErrorKind.INPUT) -> None:
-        super().__init__(message)
+        super().__init__(" ".join(str(message).split()))  # one line, always
         self.kind = kind
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.kind]
+
+
+class FieldError(ShardoptError):
+    """A bad field of a structured input; ``path`` is ``tables[3].embedding_dim`` style.
+
+    Callers that know where the data came from (a CLI option, a TorchRec table) re-word it with
+    :meth:`from_source` instead of naming a file the user never wrote.
+    """
+
+    def __init__(self, source: str, path: str, reason: str, kind: ErrorKind = ErrorKind.INPUT) -> None:
+        super().__init__(f"{source}: {path}: {reason}", kind)
+        self.source, self.path, self.reason = source, path, reason
+
+    def reworded(self, where: str) -> ShardoptError:
+        return ShardoptError(f"{where}: {self.reason}", self.kind)

@@ -1,29 +1,214 @@
-"""Atomic writes: a reader (or a crash) never sees a half-written output file."""
+"""Every file shardopt writes goes through here: checked before any work, never an input, atomic.
+
+An output is checked when the command starts (:func:`check_output`), so a bad location fails in
+a second rather than after minutes of planning, and it can never resolve to one of the command's
+inputs or into an input folder. The bytes then go to a temporary file beside the target that is
+renamed over it (:func:`write_atomic`): a reader, a crash or an interrupt never sees half a file.
+A temporary file carries its writer's pid; SIGINT/SIGTERM remove it (the CLI turns both into
+KeyboardInterrupt), and one left by a SIGKILLed writer is removed by the next write of the same
+output.
+"""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
+from typing import Iterable, Sequence
+
+from shardopt.errors import ShardoptError
+
+# The temp file's name is ".<stem>~<hash>.<pid>.<random>.tmp"; the stem is cut so that any
+# target name the file system accepts also gives a temp name it accepts.
+_STEM_CHARS = 96
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _temp_prefix(path: Path) -> str:
+    digest = hashlib.sha1(os.fsencode(path.name)).hexdigest()[:8]
+    return f".{path.name[:_STEM_CHARS]}~{digest}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temps(path: Path) -> list[Path]:
+    """Remove temp files of ``path`` whose writer is dead (a SIGKILL in the write window)."""
+    prefix = _temp_prefix(path)
+    removed = []
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(prefix):].split(".", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            try:
+                os.unlink(folder / name)
+                removed.append(folder / name)
+            except OSError:
+                pass
+    return removed
+
+
+def _resolved(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_output(
+    path: str | Path,
+    *,
+    option: str = "--output",
+    inputs: Iterable[str | Path | None] = (),
+    suffixes: Sequence[str] = (),
+    parent_may_be_created: bool = False,
+) -> Path:
+    """Check that ``path`` can be written as an output; return it. ShardoptError otherwise.
+
+    ``inputs`` are the command's input files and folders: the output may be none of them and may
+    not lie inside an input folder. ``suffixes`` are the accepted extensions (the format is read
+    from it). ``parent_may_be_created``: the folder is made at write time (``plans/``), so only
+    its own parent must exist.
+    """
+    path = Path(path)
+    where = f"{option} {path}"
+    if not path.name or path.name in (".", ".."):
+        raise ShardoptError(f"{where}: names a folder, not a file")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise ShardoptError(f"{where}: must end in {' or '.join(suffixes)} (the format is read from it)")
+    if len(os.fsencode(path.name)) > _name_max(Path(".")):
+        raise ShardoptError(f"{where}: the file name is longer than this file system allows")
+    real = _resolved(path)
+    for item in inputs:
+        if item is None:
+            continue
+        source = _resolved(Path(item))
+        if real == source:
+            raise ShardoptError(f"{where}: is this command's input {item}; write the output elsewhere")
+        if source.is_dir() and _inside(real, source):
+            raise ShardoptError(f"{where}: lies inside the input folder {item}; write the output elsewhere")
+    if path.is_dir():
+        raise ShardoptError(f"{where}: is a folder; name a file")
+    parent = path.parent if str(path.parent) else Path(".")
+    folder = parent
+    if parent_may_be_created and not parent.exists():
+        folder = parent.parent if str(parent.parent) else Path(".")
+    if not folder.exists():
+        raise ShardoptError(f"{where}: the folder {folder} does not exist")
+    if not folder.is_dir():
+        raise ShardoptError(f"{where}: {folder} is a file, not a folder")
+    if len(os.fsencode(path.name)) > _name_max(folder):
+        raise ShardoptError(f"{where}: the file name is longer than this file system allows")
+    if folder == parent:
+        _probe(folder, path, where)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise ShardoptError(f"{where}: cannot create the folder {parent}: permission denied")
+    return path
+
+
+def check_output_folder(
+    path: str | Path, *, option: str = "--output", inputs: Iterable[str | Path | None] = ()
+) -> Path:
+    """A folder an output is written into (a profile dataset, a report): may exist, or its parent must."""
+    path = Path(path)
+    where = f"{option} {path}"
+    real = _resolved(path)
+    for item in inputs:
+        if item is None:
+            continue
+        source = _resolved(Path(item))
+        if _inside(source, real) and not source.is_dir():
+            raise ShardoptError(f"{where}: holds this command's input {item}; write the output elsewhere")
+        if source.is_dir() and _inside(real, source):
+            raise ShardoptError(f"{where}: lies inside the input folder {item}; write the output elsewhere")
+    if path.exists() and not path.is_dir():
+        raise ShardoptError(f"{where}: is a file, not a folder")
+    parent = path if path.exists() else path.parent
+    parent = parent if str(parent) else Path(".")
+    if not parent.is_dir():
+        raise ShardoptError(f"{where}: the folder {parent} does not exist")
+    _probe(parent, path / "probe" if path.exists() else path, where)
+    return path
+
+
+def _probe(folder: Path, target: Path, where: str) -> None:
+    """Create and remove a temp file where the output's will go: permission, read-only file system."""
+    try:
+        fd = os.open(folder / f"{_temp_prefix(target)}{os.getpid()}.probe.tmp",
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise ShardoptError(f"{where}: cannot write in {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(folder / f"{_temp_prefix(target)}{os.getpid()}.probe.tmp")
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    """Write to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    The file gets the mode a new file gets under the umask (mkstemp's 0600 is not what users
+    expect of a plan or a PNG). Temp files of dead writers of the same output are removed first.
+    """
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    folder = path.parent if str(path.parent) else Path(".")
+    clean_stale_temps(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp = folder / f"{_temp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~umask)
+    except OSError as exc:
+        raise ShardoptError(f"{path}: cannot write: {exc.strerror}") from None
+    try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                      errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG):
+            raise ShardoptError(f"{path}: cannot write: {exc.strerror}") from None
         raise
+
+
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+
+
+def write_figure(fig, path: str | Path, dpi: int = 110) -> None:
+    """Save a matplotlib figure atomically, in the format its extension names."""
+    import io
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if f".{fmt}" not in FIGURE_FORMATS:
+        raise ShardoptError(f"{path}: a figure must end in {', '.join(FIGURE_FORMATS)}")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=dpi)
+    write_atomic(path, buffer.getvalue())

@@ -23,17 +23,18 @@ from pydantic.dataclasses import dataclass
 from shardopt.errors import ShardoptError
 from shardopt.fileio import write_atomic
 from shardopt.schema import STRICT, validate_as
-from shardopt.workload import ShardingType
+from shardopt.workload import MAX_WORLD, ShardingType
 
 PLAN_FORMAT = "shardopt-plan"
 PLAN_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
 ComputeKernel = Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"]
-NonNegInt = Annotated[int, Strict(), Field(ge=0)]
-PositiveInt = Annotated[int, Strict(), Field(gt=0)]
-Milliseconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-LoadFactor = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+# Numbers are strict (a "3" in the file is an error, not a 3) and bounded as the workload's are.
+NonNegInt = Annotated[int, Strict(), Field(ge=0, le=2**62)]
+PositiveInt = Annotated[int, Strict(), Field(gt=0, le=2**62)]
+Milliseconds = Annotated[float, Strict(), Field(ge=0, le=1e12, allow_inf_nan=False)]
+LoadFactor = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -49,7 +50,7 @@ class Shard:
 class TablePlan:
     """How one table is cut (its sharding type) and where each piece goes."""
 
-    name: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Strict(), Field(min_length=1)]
     sharding_type: ShardingType
     shards: Annotated[tuple[Shard, ...], Field(min_length=1)]
     compute_kernel: ComputeKernel = "fused"
@@ -82,8 +83,8 @@ class SearchInfo:
     """How the plan was found: the search and the solver's verdict (no timings: the same input
     must give the same file)."""
 
-    algorithm: str  # "ilp", "greedy", "greedy+repair", ...
-    status: str  # OPTIMAL, FEASIBLE, or why the solver was skipped
+    algorithm: Annotated[str, Strict()]  # "ilp", "greedy", "greedy+repair", ...
+    status: Annotated[str, Strict()]  # OPTIMAL, FEASIBLE, or why the solver was skipped
     solver_bound_ms: Optional[Milliseconds] = None  # CP-SAT's best bound, when it ran
     variables: Optional[NonNegInt] = None  # placement literals in the solver's model
     repair_moves: Optional[NonNegInt] = None  # moves the re-scoring repair made
@@ -94,10 +95,10 @@ class SearchInfo:
 class Predicted:
     """What the cost model expects of the plan, and the bound no plan can beat under it."""
 
-    cost_model: str
+    cost_model: Annotated[str, Strict()]
     max_ms: Milliseconds
     lower_bound_ms: Milliseconds
-    per_rank: tuple[RankBreakdown, ...]
+    per_rank: Annotated[tuple[RankBreakdown, ...], Field(min_length=1)]
     search: Optional[SearchInfo] = None
 
     @property
@@ -121,8 +122,8 @@ class Predicted:
 
 @dataclass(frozen=True, config=STRICT)
 class WorkloadRef:
-    name: str
-    sha256: Optional[str] = None
+    name: Annotated[str, Strict()]
+    sha256: Optional[Annotated[str, Strict()]] = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -132,7 +133,7 @@ class Plan:
     format: Literal["shardopt-plan"]
     version: Literal[2]
     workload: WorkloadRef
-    world_size: PositiveInt
+    world_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
     tables: tuple[TablePlan, ...]
     predicted: Optional[Predicted] = None
 
@@ -188,7 +189,8 @@ def plan_from_dict(data: object, source: str = "<plan>") -> Plan:
 
 def _upgrade_v1(data: dict, source: str) -> dict:
     """A version 1 plan is a version 2 plan without the fields version 2 added."""
-    for i, table in enumerate(data.get("tables") or []):
+    tables = data.get("tables")
+    for i, table in enumerate(tables if isinstance(tables, list) else []):
         for new in ("cache_load_factor", "replicated_rows"):
             if isinstance(table, dict) and new in table:
                 raise ShardoptError(f"{source}: tables[{i}].{new}: not a version 1 field (use version 2)")
@@ -199,15 +201,6 @@ def _upgrade_v1(data: dict, source: str) -> dict:
 
 
 def read_plan(path: str | Path) -> Plan:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShardoptError(f"{path}: cannot read plan: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ShardoptError(
-            f"{path}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
-    return plan_from_dict(data, str(path))
+    from shardopt.loaders import load_json
+
+    return plan_from_dict(load_json(path, "plan file"), str(path))

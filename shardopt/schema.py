@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from pydantic import ConfigDict, ValidationError
 
-from shardopt.errors import ShardoptError
+from shardopt.errors import FieldError
 
 # Every file-facing dataclass forbids unknown keys and is immutable once loaded.
 STRICT = ConfigDict(extra="forbid")
@@ -48,7 +48,7 @@ def _walk(root: type, loc: Sequence[Any]) -> tuple[list[Any], list[str]]:
             shown.append(part)
         elif origin in (typing.Union, types.UnionType):
             # A tagged union: pydantic puts the tag into the location; pick the member it names.
-            match = [m for m in typing.get_args(current) if _tag_of(m) == part]
+            match = [m for m in typing.get_args(current) if part in _tags_of(m)]
             if not match:
                 return shown + list(loc[len(shown) :]), []
             current = match[0]
@@ -87,13 +87,15 @@ def _strip_optional(tp: Any) -> Any:
     return tp
 
 
-def _tag_of(cls: Any) -> Any:
+def _tags_of(cls: Any) -> set:
+    """The values a tagged-union member's Literal fields take (its ``distribution`` or ``kind``)."""
     if not dataclasses.is_dataclass(cls):
-        return None
-    hints = typing.get_type_hints(cls)
-    tag = hints.get("distribution")
-    args = typing.get_args(tag) if tag is not None else ()
-    return args[0] if args else None
+        return set()
+    tags = set()
+    for hint in typing.get_type_hints(cls).values():
+        if typing.get_origin(hint) is typing.Literal and len(typing.get_args(hint)) == 1:
+            tags.add(typing.get_args(hint)[0])
+    return tags
 
 
 def _clean_message(error: dict[str, Any]) -> str:
@@ -114,6 +116,12 @@ _UNKNOWN_KEY = ("unexpected_keyword_argument", "extra_forbidden")
 
 def first_error_message(source: str, root: type, exc: ValidationError) -> str:
     """The first validation error as ``SOURCE: PATH: reason``, one line."""
+    path, reason = first_error(root, exc)
+    return f"{source}: {path}: {reason}"
+
+
+def first_error(root: type, exc: ValidationError) -> tuple[str, str]:
+    """The first validation error as (``tables[3].embedding_dim``, reason)."""
     errors = exc.errors()
     # An unknown key explains the "missing" error its typo causes, so report it first.
     errors.sort(key=lambda e: e["type"] not in _UNKNOWN_KEY)
@@ -124,25 +132,26 @@ def first_error_message(source: str, root: type, exc: ValidationError) -> str:
         hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
         suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
         allowed = f" (known: {', '.join(known)})" if known and not hint else ""
-        return f"{source}: {format_path(loc)}: unknown field{suggestion}{allowed}"
+        return format_path(loc), f"unknown field{suggestion}{allowed}"
     if kind == "union_tag_invalid":
         ctx = error.get("ctx", {})
+        tag = str(ctx.get("discriminator", "'distribution'")).strip("'")
         return (
-            f"{source}: {format_path(loc)}.distribution: must be one of {ctx.get('expected_tags')},"
-            f" got {ctx.get('tag')!r}"
+            f"{format_path(loc)}.{tag}" if loc else tag,
+            f"must be one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}",
         )
     if kind == "too_short":
         ctx = error.get("ctx", {})
         return (
-            f"{source}: {format_path(loc)}: must list at least {ctx.get('min_length')} item(s),"
-            f" got {ctx.get('actual_length')}"
+            format_path(loc),
+            f"must list at least {ctx.get('min_length')} item(s), got {ctx.get('actual_length')}",
         )
     if kind == "missing":
-        return f"{source}: {format_path(loc)}: required field is missing"
+        return format_path(loc), "required field is missing"
     msg = _clean_message(error)
     if "got " in msg:
-        return f"{source}: {format_path(loc)}: {msg}"
-    return f"{source}: {format_path(loc)}: {msg}, got {_short(error.get('input'))}"
+        return format_path(loc), msg
+    return format_path(loc), f"{msg}, got {_short(error.get('input'))}"
 
 
 def validate_as(root: type, data: Any, source: str) -> Any:
@@ -150,8 +159,8 @@ def validate_as(root: type, data: Any, source: str) -> Any:
     from pydantic import TypeAdapter
 
     if not isinstance(data, dict):
-        raise ShardoptError(f"{source}: (top level): must be a mapping, got {type(data).__name__}")
+        raise FieldError(source, "(top level)", f"must be a mapping, got {type(data).__name__}")
     try:
         return TypeAdapter(root).validate_python(data)
     except ValidationError as exc:
-        raise ShardoptError(first_error_message(source, root, exc)) from None
+        raise FieldError(source, *first_error(root, exc)) from None

@@ -53,10 +53,16 @@ def table_stats(ids: np.ndarray, batch: int) -> TableStats:
 
 
 def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``indices, offsets, lengths`` as numpy arrays; ShardoptError on anything else."""
+    """``indices, offsets, lengths`` as numpy arrays; ShardoptError on anything else.
+
+    Checked as a training input would be: integer ids that are not negative, offsets that start
+    at 0, never decrease and end at the number of ids, and lengths equal to the offsets' steps.
+    """
     import torch
 
     path = Path(path)
+    if path.is_dir():
+        raise ShardoptError(f"{path}: is a folder, not a trace")
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as handle:
@@ -64,18 +70,42 @@ def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise ShardoptError(f"{path}: cannot read trace: no such file") from None
     except Exception as exc:  # noqa: BLE001 - torch.load raises many kinds; all mean "not a trace"
-        raise ShardoptError(f"{path}: not a readable trace: {str(exc).splitlines()[0]}") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ShardoptError(f"{path}: not a readable trace: {first}") from None
     if not (isinstance(data, (tuple, list)) and len(data) == 3):
         raise ShardoptError(f"{path}: a trace holds (indices, offsets, lengths), got {type(data).__name__}")
-    indices, offsets, lengths = (np.asarray(t) for t in data)
-    if lengths.ndim != 2:
-        raise ShardoptError(f"{path}: lengths: must be [tables, batch], got shape {list(lengths.shape)}")
+    arrays = []
+    for field, value in zip(("indices", "offsets", "lengths"), data):
+        if not isinstance(value, torch.Tensor):
+            raise ShardoptError(f"{path}: {field}: must be a tensor, got {type(value).__name__}")
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise ShardoptError(f"{path}: {field}: must hold integers, got {value.dtype}")
+        arrays.append(value.numpy())
+    indices, offsets, lengths = arrays
+    if indices.ndim != 1 or offsets.ndim != 1:
+        raise ShardoptError(f"{path}: indices and offsets: must be 1-D, got shapes {list(indices.shape)}"
+                            f" and {list(offsets.shape)}")
+    if lengths.ndim != 2 or 0 in lengths.shape:
+        raise ShardoptError(f"{path}: lengths: must be [tables, batch] with both > 0, got shape {list(lengths.shape)}")
     tables, batch = lengths.shape
-    if offsets.shape != (tables * batch + 1,) or offsets[-1] != len(indices):
+    if offsets.shape != (tables * batch + 1,) or offsets[0] != 0 or offsets[-1] != len(indices):
         raise ShardoptError(
-            f"{path}: offsets: must have tables*batch+1 = {tables * batch + 1} entries ending at"
+            f"{path}: offsets: must have tables*batch+1 = {tables * batch + 1} entries from 0 to"
             f" {len(indices)} ids, got shape {list(offsets.shape)}"
         )
+    steps = np.diff(offsets.astype(np.int64))
+    if (steps < 0).any():
+        at = int(np.argmax(steps < 0))
+        raise ShardoptError(f"{path}: offsets[{at + 1}]: decreases ({offsets[at]} then {offsets[at + 1]})")
+    if not np.array_equal(steps, lengths.reshape(-1).astype(np.int64)):
+        at = int(np.argmax(steps != lengths.reshape(-1)))
+        raise ShardoptError(f"{path}: lengths[{at // batch}][{at % batch}]: {lengths.reshape(-1)[at]} ids, but the"
+                            f" offsets give the bag {steps[at]}")
+    if len(indices) and indices.min() < 0:
+        raise ShardoptError(f"{path}: indices[{int(np.argmin(indices))}]: ids must not be negative,"
+                            f" got {int(indices.min())}")
+    if len(indices) and int(indices.max()) >= 2**40:
+        raise ShardoptError(f"{path}: indices: ids must be below 2**40, got {int(indices.max())}")
     return indices.astype(np.int64), offsets.astype(np.int64), lengths
 
 

@@ -20,7 +20,8 @@ _UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([A-Za-z]*)\s*$")
+MAX_SIZE = 2**60  # 1 EiB: more than any cluster's memory, and exact in a float's range
 
 
 def parse_size(value: object) -> int:
@@ -30,11 +31,16 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         if value <= 0:
             raise ValueError(f"must be a positive size, got {value}")
+        if value > MAX_SIZE:
+            raise ValueError(f"must be at most 1 EiB (2**60 bytes), got {value:.3g}")
         return value
     if isinstance(value, str):
         match = _SIZE.match(value)
         if match and match.group(2).upper() in _UNITS:
-            size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+            scaled = float(match.group(1)) * _UNITS[match.group(2).upper()]
+            if not scaled < MAX_SIZE:
+                raise ValueError(f"must be at most 1 EiB (2**60 bytes), got {value!r}")
+            size = int(scaled)
             if size <= 0:
                 raise ValueError(f"must be a positive size, got {value!r}")
             return size

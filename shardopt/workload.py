@@ -15,7 +15,7 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, Strict
 from pydantic.dataclasses import dataclass
 
-from shardopt.errors import ShardoptError
+from shardopt.errors import FieldError
 from shardopt.hardware import hardware_profiles
 from shardopt.memory import DATA_TYPE_BYTES, shard_bytes
 from shardopt.schema import STRICT, validate_as
@@ -44,13 +44,50 @@ def _multiple_of_4(value: int) -> int:
     return value
 
 
+def _file_stem(value: str) -> str:
+    """A workload name names its default plan file (plans/<name>.json): no path may hide in it."""
+    if "/" in value or "\\" in value or value.startswith(".") or "\0" in value or not value.isprintable():
+        raise ValueError(
+            f"must be a plain file name (no '/', no leading '.', printable), got {value!r}"
+        )
+    return value
+
+
+def check_file_stem(value: str, where: str) -> str:
+    """``value`` as a workload name, or ShardoptError naming ``where`` (a CLI option)."""
+    try:
+        if not value or len(value) > 200:
+            raise ValueError(f"must be 1 to 200 characters, got {len(value)}")
+        return _file_stem(value)
+    except ValueError as exc:
+        raise FieldError(where, "name", str(exc)).reworded(where) from None
+
+
+# Bounds every number is checked against (README, "Errors and exit codes"): far beyond any real
+# model, and small enough that no arithmetic on them overflows or loses its meaning.
+MAX_ROWS = 2**40  # rows of one table
+MAX_DIM = 2**16  # embedding_dim
+MAX_BATCH = 2**24  # per-rank batch
+MAX_WORLD = 2**16  # ranks
+MAX_POOLING = 1e5  # mean ids per sample
+MAX_FLOAT = 1e12  # any other float (bandwidths, weights, alpha's cap is its own)
+MAX_ALPHA = 10.0  # Zipf exponent: beyond it every lookup hits row 0 anyway
+
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Rows = Annotated[int, Strict(), Field(gt=0, le=MAX_ROWS)]
+Batch = Annotated[int, Strict(), Field(gt=0, le=MAX_BATCH)]
+WorldSize = Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
+Pooling = Annotated[float, Strict(), Field(gt=0, le=MAX_POOLING, allow_inf_nan=False)]
+Alpha = Annotated[float, Strict(), Field(gt=0, le=MAX_ALPHA, allow_inf_nan=False)]
+Fraction = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
+# Bucket weights are relative; 1e-9..1e9 keeps their normalised probabilities representable.
+Weight = Annotated[float, Strict(), Field(ge=1e-9, le=1e9, allow_inf_nan=False)]
 Size = Annotated[int, BeforeValidator(parse_size)]
-EmbeddingDim = Annotated[int, Strict(), Field(gt=0), AfterValidator(_multiple_of_4)]
-Name = Annotated[str, Strict(), Field(min_length=1)]
+EmbeddingDim = Annotated[int, Strict(), Field(gt=0, le=MAX_DIM), AfterValidator(_multiple_of_4)]
+Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+FileStem = Annotated[str, Strict(), Field(min_length=1, max_length=200), AfterValidator(_file_stem)]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -65,7 +102,7 @@ class ZipfAccess:
     """Row of popularity rank i drawn with probability proportional to i**-alpha."""
 
     distribution: Literal["zipf"]
-    alpha: PositiveFloat = 1.05
+    alpha: Alpha = 1.05
 
 
 def _fractions(values: tuple[float, ...]) -> tuple[float, ...]:
@@ -91,7 +128,7 @@ class HistogramAccess:
     distribution: Literal["histogram"]
     unique_frac: HistogramBins
     access_frac: HistogramBins
-    rows_touched: Optional[PositiveInt] = None
+    rows_touched: Optional[Rows] = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -101,8 +138,15 @@ class BucketsAccess:
     parts of a FlexShard split this way; a user may too."""
 
     distribution: Literal["buckets"]
-    rows: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]
-    weights: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]
+    rows: Annotated[tuple[Weight, ...], Field(min_length=1, max_length=4096)]
+    weights: Annotated[tuple[Weight, ...], Field(min_length=1, max_length=4096)]
+
+    def __post_init__(self) -> None:
+        if len(self.rows) != len(self.weights):
+            raise ValueError(
+                f"rows and weights must list the same number of buckets, got {len(self.rows)}"
+                f" and {len(self.weights)}"
+            )
 
 
 Access = Annotated[
@@ -115,15 +159,18 @@ class Table:
     """One embedding table and how its features look it up."""
 
     name: Name
-    num_embeddings: PositiveInt
+    num_embeddings: Rows
     embedding_dim: EmbeddingDim
-    pooling_factor: PositiveFloat = 1.0
+    pooling_factor: Pooling = 1.0
     data_type: DataType = "fp32"
-    feature_names: Optional[tuple[Name, ...]] = None
+    feature_names: Optional[Annotated[tuple[Name, ...], Field(min_length=1)]] = None
     access: Access = UniformAccess()
-    sharding_types: Optional[tuple[ShardingType, ...]] = None
+    # An allow-list, when given, names at least one type: an empty one would allow nothing.
+    sharding_types: Optional[Annotated[tuple[ShardingType, ...], Field(min_length=1)]] = None
     # Optional allow-list of TorchRec compute kernels (as ParameterConstraints.compute_kernels).
-    compute_kernels: Optional[tuple[Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"], ...]] = None
+    compute_kernels: Optional[Annotated[
+        tuple[Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"], ...], Field(min_length=1)
+    ]] = None
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -142,9 +189,9 @@ class Table:
 class Topology:
     """The ranks that hold the tables; bandwidths here override the hardware profile's."""
 
-    world_size: PositiveInt
+    world_size: WorldSize
     hbm_cap: Size
-    local_world_size: Optional[PositiveInt] = None
+    local_world_size: Optional[WorldSize] = None
     compute_device: Literal["cuda", "cpu"] = "cuda"
     hardware: Optional[Name] = None
     ddr_cap: Optional[Size] = None
@@ -169,10 +216,10 @@ class Workload:
     """Everything the planner needs to know about one model's embeddings and its cluster."""
 
     version: Literal[1]
-    name: Name
-    batch_size: PositiveInt  # per rank, as in TorchRec
+    name: FileStem
+    batch_size: Batch  # per rank, as in TorchRec
     topology: Topology
-    tables: Annotated[tuple[Table, ...], Field(min_length=1)]
+    tables: Annotated[tuple[Table, ...], Field(min_length=1, max_length=100_000)]
     optimizer: Optimizer = "rowwise_adagrad"
 
     def table(self, name: str) -> Table:
@@ -251,24 +298,15 @@ def workload_from_dict(data: object, source: str = "<workload>") -> Workload:
     errors = semantic_errors(workload)
     if errors:
         path, reason = errors[0]
-        raise ShardoptError(f"{source}: {path}: {reason}")
+        raise FieldError(source, path, reason)
     return workload
 
 
 def read_workload(path: str | Path) -> tuple[Workload, str]:
     """Load a workload file; return it with the sha256 of its bytes (plans record the hash)."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ShardoptError(f"{path}: cannot read workload: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ShardoptError(f"{path}: malformed YAML: {where}{problem}") from None
+    from shardopt.loaders import load_yaml
+
+    data, raw = load_yaml(path, "workload file")
     return workload_from_dict(data, str(path)), hashlib.sha256(raw).hexdigest()
 
 

@@ -68,7 +68,7 @@ def test_missing_output_folder_is_an_input_error(runner, tmp_path):
 def test_impossible_memory_writes_nothing(runner, tmp_path):
     out = tmp_path / "p.json"
     result = run_cli(runner, "plan", DATA / "bad_workloads" / "impossible_memory.yaml", "-o", out)
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # no plan fits
     assert "no plan fits in memory" in result.stderr and "Possible fixes" in result.stderr
     assert "the roomiest, rank 0 on host 0, has" in result.stderr
     assert not out.exists()
@@ -88,7 +88,7 @@ def test_synth_is_reproducible_and_valid(runner, tmp_path):
 
 @pytest.mark.parametrize(
     "dims, message",
-    [("16,x", "--dims"), ("30", "embedding_dim: must be a positive multiple of 4, got 30")],
+    [("16,x", "--dims"), ("30", "--dims: must be a positive multiple of 4, got 30")],
 )
 def test_synth_rejects_options_that_make_no_valid_workload(runner, tmp_path, dims, message):
     out = tmp_path / "s.yaml"

@@ -93,10 +93,10 @@ def _model_json():
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda d: "{not json", "corrupt cost-model file (not JSON"),
+        (lambda d: "{not json", "malformed JSON"),
         (lambda d: {**d, "version": 99}, "version: this shardopt reads cost-model version 2, got 99"),
         (lambda d: {**d, "format": "other"}, "format: not a shardopt cost model"),
-        (lambda d: {k: v for k, v in d.items() if k != "calibration"}, "corrupt cost-model file"),
+        (lambda d: {k: v for k, v in d.items() if k != "calibration"}, "calibration: must be a mapping"),
     ],
 )
 def test_bad_model_files_give_one_clear_line(runner, tmp_path, mutate, message):

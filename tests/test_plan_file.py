@@ -224,5 +224,5 @@ def test_written_plan_has_the_umask_permissions(tmp_path):
 def test_read_plan_of_directory_is_an_input_error(tmp_path):
     from shardopt.errors import ShardoptError
 
-    with pytest.raises(ShardoptError, match="cannot read plan"):
+    with pytest.raises(ShardoptError, match="is a folder, not a plan file"):
         read_plan(tmp_path)

@@ -53,14 +53,25 @@ def write_baseline(path: Path, entries: list[Entry], suite: str) -> None:
 
 
 def read_baseline(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ShardoptError(f"{path}: cannot read the baseline: {exc}") from None
+    from shardopt.loaders import load_json
+
+    data = load_json(path, "baseline")
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
         raise ShardoptError(f"{path}: format: must be {BASELINE_FORMAT!r}")
-    if not isinstance(data.get("tasks"), dict):
+    tasks = data.get("tasks")
+    if not isinstance(tasks, dict):
         raise ShardoptError(f"{path}: tasks: must be a mapping of task to milliseconds")
+    for task, ms in tasks.items():
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms <= 0:
+            raise ShardoptError(f"{path}: tasks.{task}: must be a positive number of milliseconds, got {ms!r}")
+    tolerance = data.get("tolerance", TOLERANCE)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 10:
+        raise ShardoptError(f"{path}: tolerance: must be a number in [0, 10), got {tolerance!r}")
+    for field in ("cost_model", "metric"):
+        if field in data and not isinstance(data[field], str):
+            raise ShardoptError(f"{path}: {field}: must be a string, got {data[field]!r}")
+    if data.get("metric", "bottleneck") not in _FIELD:
+        raise ShardoptError(f"{path}: metric: must be one of {', '.join(_FIELD)}, got {data['metric']!r}")
     return data
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from shardopt.bench.suite import Entry
+from shardopt.fileio import write_atomic, write_figure
 from shardopt.plan import RankBreakdown
 
 PARTS = (("fwd_compute_ms", "forward compute"), ("bwd_compute_ms", "backward compute"),
@@ -41,7 +42,7 @@ def plan_bars_png(per_rank: Sequence[RankBreakdown], title: str, path: Path) -> 
     draw_rank_bars(ax, per_rank, title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path)
     plt.close(fig)
 
 
@@ -121,7 +122,7 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
             ax.axis("off")
         axes.flat[0].legend(fontsize=6)
         fig.tight_layout()
-        fig.savefig(out_dir / "rank_bars.png", dpi=110)
+        write_figure(fig, out_dir / "rank_bars.png")
         plt.close(fig)
         lines += [f"## Per-rank cost of every planner on {shown.name}", "", "![per-rank bars](rank_bars.png)", ""]
     lines += ["## Every task", "",
@@ -137,7 +138,7 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
             f" {'-' if e.headroom is None else f'{e.headroom:.0%}'} | {e.plan_s:.1f} | {e.note} |"
         )
     path = out_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -151,5 +152,5 @@ def _ratio_plot(ratios: dict[str, list[float]], metric: str, path: Path) -> None
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_ylabel(f"{'replayed' if metric.startswith('replayed') else 'predicted'} step / TorchRec's")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path)
     plt.close(fig)

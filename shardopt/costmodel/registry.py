@@ -47,6 +47,10 @@ def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[s
             )
     else:
         path = Path(spec)
+        if not path.exists():
+            raise ShardoptError(
+                f"--cost-model {spec}: neither a model name ({', '.join(NAMES)}) nor an existing model file"
+            )
     parts, meta = load_model(path)
     warnings = []
     if meta["hardware"] != hardware:

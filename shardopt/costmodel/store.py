@@ -58,14 +58,15 @@ def save_model(path: str | Path, parts: LearnedParts, report: dict) -> None:
 
 
 def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
-    """(parts, metadata); ShardoptError naming the file on anything unusable."""
+    """(parts, metadata); ShardoptError naming the file and field on anything unusable.
+
+    Every array is checked for its length and every number for being finite, and the nets are
+    built from their weights here, so a damaged file fails on load rather than mid-plan.
+    """
+    from shardopt.loaders import load_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ShardoptError(f"{path}: no such cost-model file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ShardoptError(f"{path}: corrupt cost-model file (not JSON: {exc})") from None
+    data = load_json(path, "cost-model file")
     if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
         raise ShardoptError(f"{path}: format: not a shardopt cost model")
     if data.get("version") != MODEL_VERSION:
@@ -74,15 +75,107 @@ def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
             f" got {data.get('version')!r}; retrain it with `shardopt train`"
         )
     try:
-        parts = LearnedParts(
-            calibration=_calibration_from_dict(data["calibration"]),
-            feature_mean=np.array(data["features"]["mean"], dtype=np.float64),
-            feature_std=np.array(data["features"]["std"], dtype=np.float64),
-            kernel_states=list(data["kernel_nets"]),
-            comm_state=data["comm_net"],
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        parts = _parts_from_dict(data)
+    except _Bad as exc:
+        raise ShardoptError(f"{path}: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise ShardoptError(f"{path}: corrupt cost-model file (missing or bad {exc})") from None
-    meta = {"hardware": data.get("hardware"), "trained_on": data.get("trained_on", {}),
+    trained_on = data.get("trained_on", {})
+    meta = {"hardware": data.get("hardware"), "trained_on": trained_on if isinstance(trained_on, dict) else {},
             "report": data.get("report", {})}
+    if not isinstance(meta["hardware"], str):
+        raise ShardoptError(f"{path}: hardware: must be a string, got {meta['hardware']!r}")
     return parts, meta
+
+
+class _Bad(ValueError):
+    """A field of the model file with the wrong shape or value; the message names it."""
+
+
+def _numbers(value, field: str, length: int | None = None, minimum: float | None = None) -> list[float]:
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+        raise _Bad(f"{field}: must be a list of numbers")
+    if length is not None and len(value) != length:
+        raise _Bad(f"{field}: must hold {length} numbers, got {len(value)}")
+    if minimum is not None and any(v < minimum for v in value):
+        raise _Bad(f"{field}: must be at least {minimum:g}, got {min(value)}")
+    return [float(v) for v in value]
+
+
+def _parts_from_dict(data: dict) -> LearnedParts:
+    from shardopt.costmodel.features import FEATURES
+    from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS
+
+    cal = data.get("calibration")
+    if not isinstance(cal, dict):
+        raise _Bad("calibration: must be a mapping")
+    _numbers(cal.get("fwd"), "calibration.fwd", len(FWD_TERMS), 0.0)
+    _numbers(cal.get("bwd"), "calibration.bwd", len(BWD_TERMS), 0.0)
+    _numbers([cal.get("fwd_kernel_s"), cal.get("bwd_kernel_s")], "calibration.fwd_kernel_s/bwd_kernel_s", 2, 0.0)
+    comm = cal.get("comm")
+    if not isinstance(comm, dict) or not all(str(w).isdigit() and int(w) > 0 for w in comm):
+        raise _Bad("calibration.comm: must map world sizes to [alpha, beta]")
+    for world, ab in comm.items():
+        _numbers(ab, f"calibration.comm.{world}", 2, 0.0)
+    curves = cal.get("comm_curves")
+    if curves:
+        if not isinstance(curves, dict):
+            raise _Bad("calibration.comm_curves: must be a mapping")
+        for key, pts in curves.items():
+            world, _, pattern = str(key).partition("/")
+            if not world.isdigit() or int(world) <= 0 or not pattern:
+                raise _Bad(f"calibration.comm_curves.{key}: must be keyed WORLD/PATTERN")
+            if not isinstance(pts, list) or not pts:
+                raise _Bad(f"calibration.comm_curves.{key}: must list [bytes, seconds] points")
+            for i, pt in enumerate(pts):
+                _numbers(pt, f"calibration.comm_curves.{key}[{i}]", 2, 0.0)
+    llc = cal.get("llc_bytes")
+    if llc is not None and (isinstance(llc, bool) or not isinstance(llc, int) or llc <= 0):
+        raise _Bad(f"calibration.llc_bytes: must be a positive integer, got {llc!r}")
+    if not isinstance(cal.get("hardware"), str) or not isinstance(cal.get("trained_on"), dict):
+        raise _Bad("calibration.hardware / calibration.trained_on: missing or of the wrong type")
+    features = data.get("features")
+    if not isinstance(features, dict):
+        raise _Bad("features: must be a mapping with mean and std")
+    mean = _numbers(features.get("mean"), "features.mean", len(FEATURES))
+    std = _numbers(features.get("std"), "features.std", len(FEATURES))
+    if any(v <= 0 for v in std):
+        raise _Bad("features.std: every entry must be positive")
+    states = data.get("kernel_nets")
+    if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
+        raise _Bad("kernel_nets: must list at least one net's weights")
+    if not isinstance(data.get("comm_net"), dict):
+        raise _Bad("comm_net: must be a mapping of weights")
+    parts = LearnedParts(
+        calibration=_calibration_from_dict(cal),
+        feature_mean=np.array(mean, dtype=np.float64),
+        feature_std=np.array(std, dtype=np.float64),
+        kernel_states=list(states),
+        comm_state=data["comm_net"],
+    )
+    _check_nets(parts)
+    return parts
+
+
+def _check_nets(parts: LearnedParts) -> None:
+    """Load every net's weights into its architecture: wrong shapes or keys fail here."""
+    import torch
+
+    from shardopt.costmodel.learned import build_nets
+
+    for i, state in enumerate(parts.kernel_states):
+        net, _ = build_nets()
+        try:
+            net.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in state.items()})
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise _Bad(f"kernel_nets[{i}]: weights do not fit the net ({_first_line(exc)})") from None
+    _, comm_net = build_nets()
+    try:
+        comm_net.load_state_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in parts.comm_state.items()})
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise _Bad(f"comm_net: weights do not fit the net ({_first_line(exc)})") from None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[1] if len(lines) > 1 and lines[0].endswith(":") else (lines or [type(exc).__name__])[0])[:160]

@@ -91,6 +91,11 @@ def free_port() -> int:
 
 
 def _spawned_rank(rank: int, world: int, port: int, points, warmup, iters, result_path) -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent stops the workers (SIGTERM), so that one
+    # line is printed, not a traceback per worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}"
@@ -112,11 +117,22 @@ def spawn_all_to_all(
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "result.json")
-        mp.spawn(
+        context = mp.spawn(
             _spawned_rank,
             args=(world_size, free_port(), list(points), warmup, iters, path),
             nprocs=world_size,
+            join=False,
         )
+        try:
+            while not context.join():
+                pass
+        except BaseException:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in context.processes:
+                process.join(5)
+            raise
         with open(path) as handle:
             return [measurement_from_dict(d) for d in json.load(handle)]
 

@@ -26,8 +26,11 @@ DATASET_FORMAT = "shardopt-profile"
 # Manifest fields that must match for a rerun to add to an existing dataset.
 # A point measured one way is not resumed into a dataset measured another (one batch over and over
 # before distinct_batches was recorded; see shardopt/profile/tbe.py).
+# The machine's identity counts too: FBGEMM's CPU kernels differ 2-9x between CPUs sold under one
+# name, and between torch/FBGEMM releases; a dataset is one machine's and one software's.
 RESUME_FIELDS = (
     "format", "version", "device", "device_name", "backend", "preset", "seed", "distinct_batches",
+    "cpu_id", "cores", "torch", "fbgemm_gpu", "shardopt",
 )
 
 
@@ -123,16 +126,22 @@ class ProfileDataset:
         return self.folder / POINTS
 
     def manifest(self) -> dict:
-        try:
-            return json.loads(self.manifest_path.read_text())
-        except FileNotFoundError:
-            raise ShardoptError(f"{self.folder}: not a profile dataset (no {MANIFEST})") from None
-        except json.JSONDecodeError as exc:
-            raise ShardoptError(f"{self.manifest_path}: malformed JSON: {exc.msg}") from None
+        from shardopt.loaders import load_json
+
+        if not self.folder.is_dir():
+            raise ShardoptError(f"{self.folder}: not a profile dataset (not a folder)")
+        if not self.manifest_path.exists():
+            raise ShardoptError(f"{self.folder}: not a profile dataset (no {MANIFEST})")
+        data = load_json(self.manifest_path, "profile manifest")
+        if not isinstance(data, dict):
+            raise ShardoptError(f"{self.manifest_path}: (top level): must be a mapping, got {type(data).__name__}")
+        if data.get("format") != DATASET_FORMAT:
+            raise ShardoptError(f"{self.manifest_path}: format: must be {DATASET_FORMAT!r}, got {data.get('format')!r}")
+        return data
 
     def start(self, manifest: dict) -> None:
         """Create the dataset, or check that an existing one was made by the same sweep here."""
-        if self.manifest_path.exists():
+        if self.manifest_path.exists() or self.points_path.exists():
             old = self.manifest()
             for field in RESUME_FIELDS:
                 if old.get(field) != manifest.get(field):
@@ -155,16 +164,25 @@ class ProfileDataset:
                 handle.truncate(data.rfind(b"\n") + 1)
 
     def records(self, kind: str | None = None) -> Iterator[dict]:
+        """Every measured point, checked; a torn last line (a crash mid-append) is skipped."""
+        from shardopt.loaders import MAX_FILE_BYTES
+
         if not self.points_path.exists():
             return
-        with open(self.points_path) as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by a crash; its point is measured again
-                if kind is None or record.get("kind") == kind:
-                    yield record
+        if self.points_path.is_dir():
+            raise ShardoptError(f"{self.points_path}: is a folder, not a points file")
+        with open(self.points_path, "rb") as handle:
+            lines = handle.readlines(16 * MAX_FILE_BYTES)
+        for number, line in enumerate(lines, 1):
+            torn = number == len(lines) and not line.endswith(b"\n")
+            try:
+                record = _check_record(line)
+            except ValueError as exc:
+                if torn:
+                    continue  # its point is measured again on resume
+                raise ShardoptError(f"{self.points_path}: line {number}: {exc}") from None
+            if kind is None or record["kind"] == kind:
+                yield record
 
     def done_keys(self) -> set[str]:
         return {r["key"] for r in self.records()}
@@ -174,6 +192,34 @@ class ProfileDataset:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _check_record(line: bytes) -> dict:
+    """One points.jsonl line as a checked record; ValueError says what is wrong with it."""
+    from pydantic import ValidationError
+
+    from shardopt.schema import first_error
+
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        record = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, RecursionError):
+        raise ValueError("not a JSON record") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"must be a JSON object, got {type(record).__name__}")
+    try:
+        _RECORD.validate_python(record)
+    except ValidationError as exc:
+        path, reason = first_error(_Record, exc)
+        raise ValueError(f"{path}: {reason}") from None
+    return record
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a measurement")
 
 
 def tables_of(spec: dict) -> list[Table]:
@@ -188,3 +234,53 @@ def tables_of(spec: dict) -> list[Table]:
         )
         for i, t in enumerate(spec["tables"])
     ]
+
+
+# --- the shape of a measured point (checked on read: a profile folder is user input) -----------
+
+from typing import Annotated, Literal, Optional, Union  # noqa: E402
+
+from pydantic import ConfigDict, Field  # noqa: E402
+from pydantic.dataclasses import dataclass  # noqa: E402
+
+_LOOSE = ConfigDict(extra="allow")  # newer sweeps add fields; older readers keep reading
+_Micros = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _Timing:
+    median_us: _Micros
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _TableSpec:
+    rows: Annotated[int, Field(gt=0, le=2**40)]
+    dim: Annotated[int, Field(gt=0, le=2**16, multiple_of=4)]
+    pooling_factor: Annotated[float, Field(gt=0, le=1e5, allow_inf_nan=False)]
+    access: Access
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _TbeRecord:
+    kind: Literal["tbe"]
+    key: str
+    batch: Annotated[int, Field(gt=0, le=2**24)]
+    precision: Literal["fp32", "fp16", "bf16", "int8"]
+    location: Literal["hbm", "uvm", "uvm_caching"]
+    tables: Annotated[tuple[_TableSpec, ...], Field(min_length=1)]
+    fwd: _Timing
+    bwd: _Timing
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _A2aRecord:
+    kind: Literal["a2a"]
+    key: str
+    world_size: Annotated[int, Field(gt=0, le=2**16)]
+    message_bytes: Annotated[int, Field(gt=0, le=2**50)]
+    timing: _Timing
+    pattern: Optional[str] = None
+
+
+_Record = Annotated[Union[_TbeRecord, _A2aRecord], Field(discriminator="kind")]
+_RECORD = TypeAdapter(_Record)

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-from shardopt.errors import ShardoptError
+from shardopt.errors import FieldError, ShardoptError
 from shardopt.workload import Workload, workload_from_dict
 
 logger = logging.getLogger(__name__)
@@ -73,16 +73,44 @@ def workload_from_module(
     for path, ebc in found:
         for config in ebc.embedding_bag_configs():
             seen.setdefault(config.name, []).append(path)
+    unknown = sorted(set(constraints) - set(seen))
+    if unknown:
+        import difflib
+
+        hint = difflib.get_close_matches(str(unknown[0]), list(seen), n=1)
+        raise ShardoptError(
+            f"constraints[{unknown[0]!r}]: the model has no table of that name"
+            + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(seen)[:8])})")
+        )
     for path, ebc in found:
         for config in ebc.embedding_bag_configs():
             table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
             origins[table_name] = Origin(path, config.name)
             tables.append(_table(config, table_name, constraints.get(config.name), path))
     topo = _topology(topology)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ShardoptError(f"batch_size: must be a positive integer, got {batch_size!r}")
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
     if not tables:
         raise ShardoptError("the model holds no EmbeddingBagCollection tables that a sharder shards")
-    return workload_from_dict(data), origins
+    try:
+        return workload_from_dict(data), origins
+    except FieldError as exc:
+        raise exc.reworded(_where_in_model(exc.path, tables, origins)) from None
+
+
+def _where_in_model(path: str, tables: list[dict], origins: dict[str, Origin]) -> str:
+    """A workload field path in TorchRec's words: ``tables[3].x`` -> the table and its module."""
+    import re
+
+    match = re.match(r"tables\[(\d+)\](.*)", path)
+    if match and int(match.group(1)) < len(tables):
+        origin = origins[tables[int(match.group(1))]["name"]]
+        field = match.group(2).lstrip(".") or "config"
+        return f"TorchRec table {origin.table!r} (module {origin.module_path or '(root)'}): {field}"
+    if path.startswith("topology."):
+        return f"Topology.{path.split('.', 1)[1]}"
+    return path
 
 
 def _table(config, table_name: str, constraint, path: str) -> dict:

@@ -49,6 +49,7 @@ class ShardoptPlanner(ShardingPlanner):
         if torchrec_options:
             # EmbeddingShardingPlanner's enumerator/proposer/partitioner/... have no role here.
             logger.warning("ShardoptPlanner ignores %s", ", ".join(sorted(torchrec_options)))
+        _check_options(batch_size, time_limit_s, search, objective, cost_model)
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -108,6 +109,27 @@ class ShardoptPlanner(ShardingPlanner):
             box[0] = self.plan(module, sharders)
         dist.broadcast_object_list(box, src=dist.get_global_rank(pg, 0), group=pg)
         return box[0]
+
+
+def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> None:
+    """Refuse options the CLI would refuse, with the same words (a ShardoptError is a ValueError)."""
+    import math
+
+    from shardopt.errors import ShardoptError
+    from shardopt.search.objective import OBJECTIVES
+
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or not 0 < batch_size <= 2**24):
+        raise ShardoptError(f"ShardoptPlanner batch_size: must be a positive integer, got {batch_size!r}")
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) or not (
+            math.isfinite(time_limit_s) and 0 < time_limit_s <= 3600):
+        raise ShardoptError(f"ShardoptPlanner time_limit_s: must be a finite number in (0, 3600], got {time_limit_s!r}")
+    if search not in ("ilp", "greedy"):
+        raise ShardoptError(f"ShardoptPlanner search: must be 'ilp' or 'greedy', got {search!r}")
+    if objective not in OBJECTIVES:
+        raise ShardoptError(f"ShardoptPlanner objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if not isinstance(cost_model, str):
+        raise ShardoptError(f"ShardoptPlanner cost_model: must be a name or a path, got {cost_model!r}")
 
 
 class ShardoptEstimator(ShardEstimator):

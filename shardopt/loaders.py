@@ -1,0 +1,190 @@
+"""Reading user files with limits: every input kind is parsed here before its schema sees it.
+
+A hostile or broken file must end in one line naming the file and where in it, never in a
+traceback, a hang or gigabytes of memory. So the readers below bound what they accept:
+
+- ``MAX_FILE_BYTES`` per file (workloads, plans, cost models, profile manifests);
+- ``MAX_DEPTH`` levels of nesting (YAML's composer and JSON's decoder recurse);
+- ``MAX_NODES`` values after YAML aliases are expanded (a 491-byte alias bomb is billions);
+- duplicate mapping keys in YAML are an error, not "last one wins";
+- every number finite (no NaN, no Infinity) and every integer within ``MAX_INT`` (2**62).
+
+Schemas then bound each field to its own range (see ``workload.py`` and ``plan.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardopt.errors import ShardoptError
+from shardopt.schema import format_path
+
+MAX_FILE_BYTES = 64 * 2**20
+MAX_DEPTH = 64
+MAX_NODES = 1_000_000
+MAX_INT = 2**62
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The file's bytes, or ShardoptError: missing, a folder, unreadable, or over ``limit``."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise ShardoptError(f"{path}: is a folder, not a {what}")
+        size = path.stat().st_size
+        if size > limit:
+            raise ShardoptError(f"{path}: {size} bytes, more than the {limit} a {what} may have")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ShardoptError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise ShardoptError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def decode_text(raw: bytes, path: str | Path, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ShardoptError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
+
+
+def check_values(data: Any, source: str) -> Any:
+    """Refuse non-finite floats, huge integers and deep nesting anywhere in parsed data."""
+    stack = [(data, (), 0)]
+    while stack:
+        value, loc, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ShardoptError(f"{source}: {format_path(loc[:8])}...: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ShardoptError(f"{source}: {format_path(loc)}: must be a finite number, got {value}")
+        if isinstance(value, int) and abs(value) > MAX_INT:
+            raise ShardoptError(f"{source}: {format_path(loc)}: must be at most 2**62, got a {len(str(abs(value)))}-digit number")
+        if isinstance(value, dict):
+            stack.extend((v, loc + (str(k),), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, loc + (i,), depth + 1) for i, v in enumerate(value))
+    return data
+
+
+# --- YAML -------------------------------------------------------------------------------------
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with bounded nesting and alias expansion, and no duplicate keys."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"line {mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = key_node.value
+                    if key in seen and key != "<<":
+                        raise yaml.YAMLError(
+                            f"line {key_node.start_mark.line + 1}: duplicate key {key!r}"
+                            f" (also on line {seen[key] + 1})"
+                        )
+                    seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(node: yaml.Node) -> int:
+    """How many values the node graph holds once aliases are expanded (memoised, no recursion)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack = [(node, False)]
+    while stack:
+        current, done = stack.pop()
+        if id(current) in sizes:
+            continue
+        if not done:
+            visiting.add(id(current))
+        children = []
+        if isinstance(current, yaml.SequenceNode):
+            children = list(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            children = [n for pair in current.value for n in pair]
+        if done or not children:
+            total = 1 + sum(sizes.get(id(c), 0) for c in children)
+            sizes[id(current)] = min(total, MAX_NODES + 1)
+            visiting.discard(id(current))
+            continue
+        if any(id(c) in visiting and id(c) not in sizes for c in children):
+            raise ValueError("an alias refers to the node that holds it")
+        stack.append((current, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(node)]
+
+
+def load_yaml(path: str | Path, what: str) -> tuple[Any, bytes]:
+    """Parsed YAML and its bytes; ShardoptError naming the file and line on anything unusable."""
+    raw = read_bytes(path, what)
+    text = decode_text(raw, path, what)
+    loader = _LimitedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            data = None
+        else:
+            try:
+                size = _expanded_size(node)
+            except ValueError as exc:
+                raise ShardoptError(f"{path}: malformed YAML: {exc}") from None
+            if size > MAX_NODES:
+                raise ShardoptError(f"{path}: malformed YAML: aliases expand to more than {MAX_NODES} values")
+            data = loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ShardoptError(f"{path}: malformed YAML: {where}{problem}") from None
+    except RecursionError:
+        raise ShardoptError(f"{path}: malformed YAML: nested more than {MAX_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
+    return check_values(data, str(path)), raw
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, source: str) -> Any:
+    """Parsed JSON text with the limits above; ``source`` names it in errors."""
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ShardoptError(f"{source}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ShardoptError(f"{source}: malformed JSON: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer past Python's digit limit
+        raise ShardoptError(f"{source}: malformed JSON: {str(exc).splitlines()[0]}") from None
+    return check_values(data, source)
+
+
+def load_json(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> Any:
+    raw = read_bytes(path, what, limit)
+    return parse_json(decode_text(raw, path, what), str(path))
