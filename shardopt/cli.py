@@ -393,7 +393,7 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
     from shardopt.costmodel.analytic import AnalyticCostModel
     from shardopt.plan import read_plan
     from shardopt.plan_checks import check_plan
-    from shardopt.replay import ProfiledComm, replay_plan
+    from shardopt.replay import replay_plan
     from shardopt.replay_report import replay_json, replay_table
     from shardopt.workload import read_workload
 
@@ -404,12 +404,7 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
         raise ShardoptError(f"{plan_file}: does not fit {workload}: {report.violations[0]}")
     comm = None
     if comm_profile is not None:
-        comm = _profiled_comm(comm_profile)
-        if wl.topology.world_size > 1 and wl.topology.world_size not in comm.world_sizes():
-            raise ShardoptError(
-                f"{comm_profile}: no all-to-all measured at world size {wl.topology.world_size}"
-                f" (measured: {', '.join(map(str, comm.world_sizes())) or 'none'})"
-            )
+        comm = _profiled_comm(comm_profile, wl.topology.world_size)
     predicted = plan_obj.predicted
     if predicted is None:
         per_rank = AnalyticCostModel().breakdown(wl, plan_obj.tables)
@@ -432,8 +427,8 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
         click.echo(f"replayed in {elapsed:.1f} s")
 
 
-def _profiled_comm(folder: Path):
-    """All-to-all times of a profile folder; ShardoptError when it holds none."""
+def _profiled_comm(folder: Path, world_size: int):
+    """All-to-all times of a profile folder; ShardoptError when it holds none at ``world_size``."""
     from shardopt.profile.dataset import ProfileDataset
     from shardopt.replay import ProfiledComm
 
@@ -442,7 +437,13 @@ def _profiled_comm(folder: Path):
     records = list(dataset.records("a2a"))
     if not records:
         raise ShardoptError(f"{folder}: --comm-profile: the profile holds no all-to-all points")
-    return ProfiledComm(records, str(folder))
+    comm = ProfiledComm(records, str(folder))
+    if world_size > 1 and not comm.curves.covers(world_size):
+        raise ShardoptError(
+            f"{folder}: --comm-profile: no all-to-all of both patterns (even, pooled) measured at world size"
+            f" {world_size} (measured: {', '.join(map(str, comm.world_sizes())) or 'none'})"
+        )
+    return comm
 
 
 @main.command()
@@ -618,6 +619,7 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
     from shardopt.workload import read_workload
 
     wl, sha = read_workload(workload)
+    profiled = _profiled_comm(comm_profile, wl.topology.world_size) if comm_profile and do_replay else None
     model, notes = resolve_cost_model(cost_model, wl)
     for note in notes:
         click.echo(f"warning: {note}", err=True)
@@ -640,11 +642,11 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
              + (f" {'replayed step':>14} {'bottleneck':>11}" if do_replay else "")]
     measured = {}
     if do_replay:
-        from shardopt.replay import ProfiledComm, packaged_cpu_comm, replay_side_by_side
+        from shardopt.replay import packaged_cpu_comm, replay_side_by_side
 
         comm = None
-        if comm_profile is not None:
-            comm = _profiled_comm(comm_profile)
+        if profiled is not None:
+            comm = profiled
         elif wl.topology.compute_device == "cpu":
             comm = packaged_cpu_comm()
         result = replay_side_by_side(wl, {"shardopt": ours, "torchrec": theirs}, rounds, comm=comm)

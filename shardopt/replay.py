@@ -98,11 +98,10 @@ class ProfiledComm(CommSource):
 
     def rank_comm_ms(self, workload, tables):
         world = workload.topology.world_size
-        measured = self.world_sizes()
-        if world > 1 and world not in measured:
+        if world > 1 and not self.curves.covers(world):
             raise ValueError(
-                f"{self.source}: no all-to-all measured at world size {world}"
-                f" (measured: {', '.join(map(str, measured)) or 'none'})"
+                f"{self.source}: no all-to-all of both patterns (even, pooled) measured at world size"
+                f" {world} (measured: {', '.join(map(str, self.world_sizes())) or 'none'})"
             )
         return rank_comm_from_all_to_all(workload, tables, self.time_ms)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -520,6 +519,14 @@ def _a2a_free_replay(box: Sandbox) -> list:
     return ["replay", box.workload(), box.plan(good_plan()), "--comm-profile", folder]
 
 
+def _unit_comm_replay(box: Sandbox) -> list:
+    """A unit-preset profile: one all-to-all point, even splits only (replay needs pooled too)."""
+    point = {"backend": "gloo", "device": "cpu", "key": "k1", "kind": "a2a", "message_bytes": 1024,
+             "pattern": "even", "timing": {"median_us": 250.0, "runs": 10}, "world_size": 2}
+    folder = _profile(box, lines=[point])
+    return ["replay", box.workload(), box.plan(good_plan()), "--comm-profile", folder]
+
+
 def _resume_other(field_name: str, value: Any) -> Callable[[Sandbox], list]:
     def build(box: Sandbox) -> list:
         from shardopt.profile.dataset import machine_metadata
@@ -564,6 +571,8 @@ def profile_cases() -> list[Case]:
         Case("profile-folder-missing", "profile", lambda box: ["train", box.path("nope"), "-o", box.path("m.json")], 2,
              "not a profile dataset"),
         Case("profile-comm-none", "profile", _a2a_free_replay, 2, "the profile holds no all-to-all points"),
+        Case("profile-comm-unit-preset", "profile", _unit_comm_replay, 2,
+             "no all-to-all of both patterns (even, pooled) measured at world size 2"),
         Case("profile-comm-not-profile", "profile",
              lambda box: ["replay", box.workload(), box.plan(good_plan()), "--comm-profile", box.root], 2,
              "not a profile dataset"),
@@ -763,9 +772,9 @@ def torchrec_cases() -> list[Case]:
         Case("torchrec-module-fails", "torchrec", _factory("good", "brokenmod", "raise ValueError('import broke')\n"), 2,
              "importing brokenmod raised ValueError: import broke"),
         Case("torchrec-module-syntax", "torchrec", _factory("good", "syntaxmod", "def (:\n"), 2, "importing syntaxmod raised SyntaxError"),
-        Case("torchrec-module-missing", "torchrec", _factory("good", "fuzzfactory", FACTORY_MODULE) if False else
-             (lambda box: ["from-torchrec", "no_such_module_x:make", "--world-size", "2", "--batch-size", "8",
-                           "-o", box.path("w.yaml")]), 2, "No module named 'no_such_module_x'"),
+        Case("torchrec-module-missing", "torchrec",
+             lambda box: ["from-torchrec", "no_such_module_x:make", "--world-size", "2", "--batch-size", "8",
+                          "-o", box.path("w.yaml")], 2, "No module named 'no_such_module_x'"),
         Case("torchrec-attr-missing", "torchrec", _factory("nope"), 2, "has no attribute 'nope'"),
         Case("torchrec-spec-shape", "torchrec",
              lambda box: ["from-torchrec", "justamodule", "--world-size", "2", "--batch-size", "8", "-o", box.path("w.yaml")],
@@ -785,6 +794,3 @@ def all_cases() -> list[Case]:
     return (workload_cases() + plan_cases() + trace_cases() + model_cases() + profile_cases() + output_cases()
             + option_cases() + torchrec_cases())
 
-
-def copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, dirs_exist_ok=True)

@@ -98,3 +98,31 @@ def test_synth_rejects_options_that_make_no_valid_workload(runner, tmp_path, dim
     assert result.exit_code == 2
     assert message in result.stderr
     assert not out.exists()
+
+
+def test_outputs_get_the_umask_mode_not_mkstemps_0600(runner, tmp_path):
+    """A plan and a report PNG are readable by others, as any file the user's tools write."""
+    old = os.umask(0o022)
+    try:
+        plan = tmp_path / "p.json"
+        assert run_cli(runner, "plan", DATA / "good.yaml", "-o", plan, "--search", "greedy").exit_code == 0
+        png = tmp_path / "bars.png"
+        assert run_cli(runner, "report", plan, "-o", png).exit_code == 0
+    finally:
+        os.umask(old)
+    assert plan.stat().st_mode & 0o777 == 0o644
+    assert png.stat().st_mode & 0o777 == 0o644
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bars.png", "p.json"]
+
+
+def test_default_output_folder_is_made_only_when_the_plan_is_written(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(runner, "plan", DATA / "bad_workloads" / "impossible_memory.yaml")
+    assert result.exit_code == 3
+    assert list(tmp_path.iterdir()) == []  # no stray plans/ folder
+
+
+def test_exit_codes_are_in_the_help(runner):
+    result = run_cli(runner, "--help")
+    assert "Exit codes: 0 ok; 1 invalid plan" in " ".join(result.stdout.split())

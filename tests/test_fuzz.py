@@ -69,3 +69,80 @@ def test_fuzz_case(case, runner, tmp_path, monkeypatch):
         assert after.get(name) == content, f"input {name} changed"
     if case.code != 0:
         assert created == set(), sorted(created)
+
+
+# --- the Python API: ShardoptPlanner refuses what the CLI refuses, as a one-line ValueError --------
+
+
+def _ebc():
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    return EmbeddingBagCollection(device=torch.device("meta"), tables=[
+        EmbeddingBagConfig(name="t0", embedding_dim=16, num_embeddings=1000, feature_names=["f0"]),
+        EmbeddingBagConfig(name="user", embedding_dim=32, num_embeddings=5000, feature_names=["f1"])])
+
+
+API_CASES = [
+    ("batch-zero", {"batch_size": 0}, "batch_size: must be a positive integer, got 0"),
+    ("batch-negative", {"batch_size": -8}, "batch_size: must be a positive integer"),
+    ("batch-float", {"batch_size": 8.5}, "batch_size: must be a positive integer"),
+    ("time-limit-zero", {"time_limit_s": 0}, "time_limit_s: must be a finite number in (0, 3600]"),
+    ("time-limit-negative", {"time_limit_s": -1.0}, "time_limit_s"),
+    ("time-limit-nan", {"time_limit_s": float("nan")}, "time_limit_s"),
+    ("time-limit-inf", {"time_limit_s": float("inf")}, "time_limit_s"),
+    ("search-annealing", {"search": "annealing"}, "search: must be 'ilp' or 'greedy', got 'annealing'"),
+    ("objective-unknown", {"objective": "fastest"}, "objective: must be one of critical-path, bottleneck"),
+    ("cost-model-int", {"cost_model": 5}, "cost_model: must be a name or a path"),
+]
+
+
+@pytest.mark.parametrize("name, options, expect", API_CASES, ids=[c[0] for c in API_CASES])
+def test_planner_api_refuses_bad_options(name, options, expect):
+    pytest.importorskip("torchrec")
+    from shardopt.errors import ShardoptError
+    from shardopt.torchrec import ShardoptPlanner
+
+    with pytest.raises(ValueError) as info:
+        ShardoptPlanner(**options)
+    assert isinstance(info.value, ShardoptError)
+    assert expect in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("constraints, expect", [
+    ({"usr": None}, "constraints['usr']: the model has no table of that name; did you mean 'user'?"),
+    ({"t9": None}, "constraints['t9']: the model has no table of that name"),
+], ids=["typo", "unknown"])
+def test_planner_api_refuses_constraints_on_unknown_tables(constraints, expect):
+    pytest.importorskip("torchrec")
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import ParameterConstraints, Topology
+
+    from shardopt.errors import ShardoptError
+    from shardopt.torchrec import ShardoptPlanner
+
+    given = {k: ParameterConstraints(sharding_types=["table_wise"]) for k in constraints}
+    planner = ShardoptPlanner(Topology(world_size=2, compute_device="cuda"), batch_size=8, constraints=given)
+    with pytest.raises(ShardoptError, match=expect.replace("[", r"\[").replace("]", r"\]").replace("?", r"\?")):
+        planner.plan(_ebc(), [EmbeddingBagCollectionSharder()])
+
+
+def test_planner_api_names_the_torchrec_table_not_a_file():
+    pytest.importorskip("torchrec")
+    import torch
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import Topology
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from shardopt.errors import ShardoptError
+    from shardopt.torchrec import ShardoptPlanner
+
+    model = EmbeddingBagCollection(device=torch.device("meta"), tables=[
+        EmbeddingBagConfig(name="huge", embedding_dim=16, num_embeddings=2**45, feature_names=["f0"])])
+    with pytest.raises(ShardoptError) as info:
+        ShardoptPlanner(Topology(world_size=2, compute_device="cuda"), batch_size=8).plan(
+            model, [EmbeddingBagCollectionSharder()])
+    assert str(info.value).startswith("TorchRec table 'huge' (module (root)): num_embeddings:")
+    assert "<workload>" not in str(info.value)

@@ -105,7 +105,7 @@ def test_profiled_comm_interpolates_and_extrapolates(good):
     assert comm.time_ms(2, "even", 200_000) == pytest.approx(2.0)  # bandwidth-bound beyond
     per_rank = comm.rank_comm_ms(workload, plan.tables)
     assert len(per_rank) == 2 and all(f > 0 and b > 0 for f, b in per_rank)
-    with pytest.raises(ValueError, match="no all-to-all measured at world size 2"):
+    with pytest.raises(ValueError, match=r"no all-to-all of both patterns \(even, pooled\) measured at world size 2"):
         ProfiledComm([r | {"world_size": 4} for r in records], "t").rank_comm_ms(workload, plan.tables)
 
 

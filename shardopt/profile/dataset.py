@@ -12,9 +12,10 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator, Literal, Union
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic.dataclasses import dataclass
 
 from shardopt.errors import ShardoptError
 from shardopt.fileio import write_atomic
@@ -194,6 +195,51 @@ class ProfileDataset:
             os.fsync(handle.fileno())
 
 
+# --- the shape of a measured point (checked on read: a profile folder is user input) -----------
+
+_LOOSE = ConfigDict(extra="allow")  # newer sweeps add fields; older readers keep reading
+_Micros = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _Timing:
+    median_us: _Micros
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _TableSpec:
+    rows: Annotated[int, Field(gt=0, le=2**40)]
+    dim: Annotated[int, Field(gt=0, le=2**16, multiple_of=4)]
+    pooling_factor: Annotated[float, Field(gt=0, le=1e5, allow_inf_nan=False)]
+    access: Access
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _TbeRecord:
+    kind: Literal["tbe"]
+    key: str
+    batch: Annotated[int, Field(gt=0, le=2**24)]
+    precision: Literal["fp32", "fp16", "bf16", "int8"]
+    location: Literal["hbm", "uvm", "uvm_caching"]
+    tables: Annotated[tuple[_TableSpec, ...], Field(min_length=1)]
+    fwd: _Timing
+    bwd: _Timing
+
+
+@dataclass(frozen=True, config=_LOOSE)
+class _A2aRecord:
+    kind: Literal["a2a"]
+    key: str
+    world_size: Annotated[int, Field(gt=0, le=2**16)]
+    message_bytes: Annotated[int, Field(gt=0, le=2**50)]
+    timing: _Timing
+    pattern: Literal["even", "pooled"]
+
+
+_Record = Annotated[Union[_TbeRecord, _A2aRecord], Field(discriminator="kind")]
+_RECORD = TypeAdapter(_Record)
+
+
 def _check_record(line: bytes) -> dict:
     """One points.jsonl line as a checked record; ValueError says what is wrong with it."""
     from pydantic import ValidationError
@@ -235,52 +281,3 @@ def tables_of(spec: dict) -> list[Table]:
         for i, t in enumerate(spec["tables"])
     ]
 
-
-# --- the shape of a measured point (checked on read: a profile folder is user input) -----------
-
-from typing import Annotated, Literal, Optional, Union  # noqa: E402
-
-from pydantic import ConfigDict, Field  # noqa: E402
-from pydantic.dataclasses import dataclass  # noqa: E402
-
-_LOOSE = ConfigDict(extra="allow")  # newer sweeps add fields; older readers keep reading
-_Micros = Annotated[float, Field(gt=0, le=1e12, allow_inf_nan=False)]
-
-
-@dataclass(frozen=True, config=_LOOSE)
-class _Timing:
-    median_us: _Micros
-
-
-@dataclass(frozen=True, config=_LOOSE)
-class _TableSpec:
-    rows: Annotated[int, Field(gt=0, le=2**40)]
-    dim: Annotated[int, Field(gt=0, le=2**16, multiple_of=4)]
-    pooling_factor: Annotated[float, Field(gt=0, le=1e5, allow_inf_nan=False)]
-    access: Access
-
-
-@dataclass(frozen=True, config=_LOOSE)
-class _TbeRecord:
-    kind: Literal["tbe"]
-    key: str
-    batch: Annotated[int, Field(gt=0, le=2**24)]
-    precision: Literal["fp32", "fp16", "bf16", "int8"]
-    location: Literal["hbm", "uvm", "uvm_caching"]
-    tables: Annotated[tuple[_TableSpec, ...], Field(min_length=1)]
-    fwd: _Timing
-    bwd: _Timing
-
-
-@dataclass(frozen=True, config=_LOOSE)
-class _A2aRecord:
-    kind: Literal["a2a"]
-    key: str
-    world_size: Annotated[int, Field(gt=0, le=2**16)]
-    message_bytes: Annotated[int, Field(gt=0, le=2**50)]
-    timing: _Timing
-    pattern: Optional[str] = None
-
-
-_Record = Annotated[Union[_TbeRecord, _A2aRecord], Field(discriminator="kind")]
-_RECORD = TypeAdapter(_Record)
