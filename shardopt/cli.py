@@ -186,9 +186,10 @@ def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
     wl, sha = read_workload(workload)
     default_output = output is None
     output = output or Path("plans") / f"{wl.name}.json"
+    make_folder = output.parent == Path("plans")  # the default folder is made on first use
     check_output(output, option="--output" if not default_output else "default output",
                  inputs=[workload, _model_path(cost_model)], suffixes=(".json",),
-                 parent_may_be_created=default_output)
+                 parent_may_be_created=make_folder)
     model, warnings = resolve_cost_model(cost_model, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -205,7 +206,7 @@ def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
         search = GreedySearch(repair_s=max(0.2, 0.2 * time_limit), candidates=candidate_set, objective=goal)
     result = plan_workload(wl, sha256=sha, cost_model=model, search=search, source=str(workload))
     elapsed = time.perf_counter() - started
-    if default_output:
+    if make_folder:
         output.parent.mkdir(exist_ok=True)
     write_plan(result, output)
     if quiet:

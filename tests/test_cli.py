@@ -126,3 +126,11 @@ def test_default_output_folder_is_made_only_when_the_plan_is_written(runner, tmp
 def test_exit_codes_are_in_the_help(runner):
     result = run_cli(runner, "--help")
     assert "Exit codes: 0 ok; 1 invalid plan" in " ".join(result.stdout.split())
+
+
+def test_make_plans_path_creates_the_plans_folder(runner, tmp_path, monkeypatch):
+    """`make plan` passes -o plans/<stem>.json on a fresh checkout, where plans/ does not exist."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(runner, "plan", DATA / "good.yaml", "-o", "plans/good.json", "--search", "greedy")
+    assert result.exit_code == 0
+    assert (tmp_path / "plans" / "good.json").is_file()
