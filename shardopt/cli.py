@@ -542,6 +542,7 @@ def from_torchrec(factory: str, world_size: int, local_world_size: int | None, d
     if not module_name or not attr:
         raise ShardoptError(f"FACTORY: expected 'package.module:callable', got {factory!r}")
     sys.path.insert(0, os.getcwd())
+    sys.dont_write_bytecode = True  # importing the user's module must leave no __pycache__ beside it
     import logging
     import warnings
 

@@ -421,6 +421,9 @@ def trace_cases() -> list[Case]:
         Case("trace-bad-name-option", "trace",
              lambda box: ["stats", box.write("t.pt.gz", _trace_bytes(_good_trace())), "--name", "../x",
                           "-o", box.path("w.yaml")], 2, "--name: must be a plain file name"),
+        Case("trace-dim-option", "trace",
+             lambda box: ["stats", box.write("t.pt.gz", _trace_bytes(_good_trace())), "--dim", "30",
+                          "-o", box.path("w.yaml")], 2, "--dim: must be a positive multiple of 4, got 30"),
         Case("trace-good", "trace", lambda box: _stats_with(_trace_bytes(_good_trace()))(box), 0, outputs=("w.yaml",)),
     ]
     return cases

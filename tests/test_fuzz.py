@@ -146,3 +146,17 @@ def test_planner_api_names_the_torchrec_table_not_a_file():
             model, [EmbeddingBagCollectionSharder()])
     assert str(info.value).startswith("TorchRec table 'huge' (module (root)): num_embeddings:")
     assert "<workload>" not in str(info.value)
+
+
+def test_from_torchrec_error_is_one_line_in_a_fresh_process(tmp_path):
+    """TorchRec's import-time warnings must not turn a factory's error into two lines."""
+    import subprocess
+    import sys
+
+    (tmp_path / "fac.py").write_text("def make():\n    raise RuntimeError('boom')\n")
+    done = subprocess.run([sys.executable, "-m", "shardopt", "from-torchrec", "fac:make", "--world-size", "2",
+                           "--batch-size", "8", "-o", str(tmp_path / "w.yaml")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: FACTORY 'fac:make': calling it raised RuntimeError: boom"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fac.py"]  # no stray __pycache__ either
