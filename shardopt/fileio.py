@@ -51,7 +51,7 @@ def clean_stale_temps(path: Path) -> list[Path]:
     """Remove temp files of ``path`` whose writer is dead (a SIGKILL in the write window)."""
     prefix = _temp_prefix(path)
     removed = []
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     try:
         names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
     except OSError:
@@ -96,29 +96,19 @@ def check_output(
         raise ShardoptError(f"{where}: names a folder, not a file")
     if suffixes and path.suffix.lower() not in suffixes:
         raise ShardoptError(f"{where}: must end in {' or '.join(suffixes)} (the format is read from it)")
-    if len(os.fsencode(path.name)) > _name_max(Path(".")):
+    # Before anything stats the path: a name past the limit makes stat itself fail.
+    if len(os.fsencode(path.name)) > _name_max(path.parent):
         raise ShardoptError(f"{where}: the file name is longer than this file system allows")
-    real = _resolved(path)
-    for item in inputs:
-        if item is None:
-            continue
-        source = _resolved(Path(item))
-        if real == source:
-            raise ShardoptError(f"{where}: is this command's input {item}; write the output elsewhere")
-        if source.is_dir() and _inside(real, source):
-            raise ShardoptError(f"{where}: lies inside the input folder {item}; write the output elsewhere")
+    _refuse_inputs(path, inputs, where, folder_output=False)
     if path.is_dir():
         raise ShardoptError(f"{where}: is a folder; name a file")
-    parent = path.parent if str(path.parent) else Path(".")
-    folder = parent
+    parent = folder = path.parent
     if parent_may_be_created and not parent.exists():
-        folder = parent.parent if str(parent.parent) else Path(".")
+        folder = parent.parent
     if not folder.exists():
         raise ShardoptError(f"{where}: the folder {folder} does not exist")
     if not folder.is_dir():
         raise ShardoptError(f"{where}: {folder} is a file, not a folder")
-    if len(os.fsencode(path.name)) > _name_max(folder):
-        raise ShardoptError(f"{where}: the file name is longer than this file system allows")
     if folder == parent:
         _probe(folder, path, where)
     elif not os.access(folder, os.W_OK | os.X_OK):
@@ -132,36 +122,42 @@ def check_output_folder(
     """A folder an output is written into (a profile dataset, a report): may exist, or its parent must."""
     path = Path(path)
     where = f"{option} {path}"
-    real = _resolved(path)
-    for item in inputs:
-        if item is None:
-            continue
-        source = _resolved(Path(item))
-        if _inside(source, real) and not source.is_dir():
-            raise ShardoptError(f"{where}: holds this command's input {item}; write the output elsewhere")
-        if source.is_dir() and _inside(real, source):
-            raise ShardoptError(f"{where}: lies inside the input folder {item}; write the output elsewhere")
+    _refuse_inputs(path, inputs, where, folder_output=True)
     if path.exists() and not path.is_dir():
         raise ShardoptError(f"{where}: is a file, not a folder")
     parent = path if path.exists() else path.parent
-    parent = parent if str(parent) else Path(".")
     if not parent.is_dir():
         raise ShardoptError(f"{where}: the folder {parent} does not exist")
     _probe(parent, path / "probe" if path.exists() else path, where)
     return path
 
 
+def _refuse_inputs(path: Path, inputs: Iterable[str | Path | None], where: str, folder_output: bool) -> None:
+    """An output is none of the inputs and lies in no input folder; a folder output holds no input."""
+    real = _resolved(path)
+    for item in inputs:
+        if item is None:
+            continue
+        source = _resolved(Path(item))
+        if not folder_output and real == source:
+            raise ShardoptError(f"{where}: is this command's input {item}; write the output elsewhere")
+        if folder_output and not source.is_dir() and _inside(source, real):
+            raise ShardoptError(f"{where}: holds this command's input {item}; write the output elsewhere")
+        if source.is_dir() and _inside(real, source):
+            raise ShardoptError(f"{where}: lies inside the input folder {item}; write the output elsewhere")
+
+
 def _probe(folder: Path, target: Path, where: str) -> None:
     """Create and remove a temp file where the output's will go: permission, read-only file system."""
+    probe = folder / f"{_temp_prefix(target)}{os.getpid()}.probe.tmp"
     try:
-        fd = os.open(folder / f"{_temp_prefix(target)}{os.getpid()}.probe.tmp",
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return
     except OSError as exc:
         raise ShardoptError(f"{where}: cannot write in {folder}: {exc.strerror}") from None
     os.close(fd)
-    os.unlink(folder / f"{_temp_prefix(target)}{os.getpid()}.probe.tmp")
+    os.unlink(probe)
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -172,7 +168,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     """
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent
     clean_stale_temps(path)
     umask = os.umask(0)
     os.umask(umask)
