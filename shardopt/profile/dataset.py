@@ -166,24 +166,20 @@ class ProfileDataset:
 
     def records(self, kind: str | None = None) -> Iterator[dict]:
         """Every measured point, checked; a torn last line (a crash mid-append) is skipped."""
-        from shardopt.loaders import MAX_FILE_BYTES
-
         if not self.points_path.exists():
             return
         if self.points_path.is_dir():
             raise ShardoptError(f"{self.points_path}: is a folder, not a points file")
         with open(self.points_path, "rb") as handle:
-            lines = handle.readlines(16 * MAX_FILE_BYTES)
-        for number, line in enumerate(lines, 1):
-            torn = number == len(lines) and not line.endswith(b"\n")
-            try:
-                record = _check_record(line)
-            except ValueError as exc:
-                if torn:
-                    continue  # its point is measured again on resume
-                raise ShardoptError(f"{self.points_path}: line {number}: {exc}") from None
-            if kind is None or record["kind"] == kind:
-                yield record
+            for number, line in enumerate(handle, 1):
+                try:
+                    record = _check_record(line)
+                except ValueError as exc:
+                    if not line.endswith(b"\n"):  # only the last line can lack its newline: torn
+                        continue  # its point is measured again on resume
+                    raise ShardoptError(f"{self.points_path}: line {number}: {exc}") from None
+                if kind is None or record["kind"] == kind:
+                    yield record
 
     def done_keys(self) -> set[str]:
         return {r["key"] for r in self.records()}
@@ -280,4 +276,3 @@ def tables_of(spec: dict) -> list[Table]:
         )
         for i, t in enumerate(spec["tables"])
     ]
-
