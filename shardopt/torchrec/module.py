@@ -93,24 +93,29 @@ def workload_from_module(
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
     if not tables:
         raise ShardoptError("the model holds no EmbeddingBagCollection tables that a sharder shards")
-    try:
-        return workload_from_dict(data), origins
-    except FieldError as exc:
-        raise exc.reworded(_where_in_model(exc.path, tables, origins)) from None
+    labels = []
+    for table in tables:
+        origin = origins[table["name"]]
+        labels.append(f"TorchRec table {origin.table!r} (module {origin.module_path or '(root)'})")
+    return workload_from_torchrec(data, labels), origins
 
 
-def _where_in_model(path: str, tables: list[dict], origins: dict[str, Origin]) -> str:
-    """A workload field path in TorchRec's words: ``tables[3].x`` -> the table and its module."""
+def workload_from_torchrec(data: dict, table_labels: list[str]) -> Workload:
+    """``workload_from_dict`` for data built from TorchRec objects: an error names the TorchRec
+    table (``table_labels[i]`` for ``tables[i]``) or Topology field, not a file the user never wrote."""
     import re
 
-    match = re.match(r"tables\[(\d+)\](.*)", path)
-    if match and int(match.group(1)) < len(tables):
-        origin = origins[tables[int(match.group(1))]["name"]]
-        field = match.group(2).lstrip(".") or "config"
-        return f"TorchRec table {origin.table!r} (module {origin.module_path or '(root)'}): {field}"
-    if path.startswith("topology."):
-        return f"Topology.{path.split('.', 1)[1]}"
-    return path
+    try:
+        return workload_from_dict(data)
+    except FieldError as exc:
+        match = re.match(r"tables\[(\d+)\](.*)", exc.path)
+        if match and int(match.group(1)) < len(table_labels):
+            where = f"{table_labels[int(match.group(1))]}: {match.group(2).lstrip('.') or 'config'}"
+        elif exc.path.startswith("topology."):
+            where = f"Topology.{exc.path.split('.', 1)[1]}"
+        else:
+            where = exc.path
+        raise exc.reworded(where) from None
 
 
 def _table(config, table_name: str, constraint, path: str) -> dict:

@@ -175,8 +175,7 @@ class ShardoptEstimator(ShardEstimator):
                 )
 
     def _workload(self, options: List[ShardingOption]) -> Workload:
-        from shardopt.torchrec.module import _topology
-        from shardopt.workload import workload_from_dict
+        from shardopt.torchrec.module import _topology, workload_from_torchrec
 
         tables, seen = [], set()
         batch = self.batch_size
@@ -191,15 +190,7 @@ class ShardoptEstimator(ShardEstimator):
                 "pooling_factor": float(sum(option.input_lengths)) or 1.0, "data_type": dtype,
             })
             batch = batch or option.batch_size
-        from shardopt.errors import FieldError
-
-        try:
-            return workload_from_dict({
-                "version": 1, "name": "torchrec-options", "batch_size": int(batch),
-                "topology": _topology(self.topology), "tables": tables,
-            })
-        except FieldError as exc:  # name the TorchRec table, not a file the user never wrote
-            index, _, field = exc.path.partition("].")
-            if exc.path.startswith("tables[") and field:
-                raise exc.reworded(f"TorchRec table {tables[int(index[7:])]['name']!r}: {field}") from None
-            raise exc.reworded(f"ShardoptEstimator {exc.path}") from None
+        return workload_from_torchrec({
+            "version": 1, "name": "torchrec-options", "batch_size": int(batch),
+            "topology": _topology(self.topology), "tables": tables,
+        }, [f"TorchRec table {t['name']!r}" for t in tables])
