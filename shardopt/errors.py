@@ -55,5 +55,10 @@ class FieldError(ShardoptError):
         super().__init__(f"{source}: {path}: {reason}", kind)
         self.source, self.path, self.reason = source, path, reason
 
+    @property
+    def field(self) -> str:
+        """The field's own name: ``tables[3].embedding_dim`` -> ``embedding_dim``, ``tables[3]`` -> ``tables``."""
+        return self.path.split(".")[-1].split("[")[0]
+
     def reworded(self, where: str) -> ShardoptError:
         return ShardoptError(f"{where}: {self.reason}", self.kind)

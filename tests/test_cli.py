@@ -134,3 +134,10 @@ def test_make_plans_path_creates_the_plans_folder(runner, tmp_path, monkeypatch)
     result = run_cli(runner, "plan", DATA / "good.yaml", "-o", "plans/good.json", "--search", "greedy")
     assert result.exit_code == 0
     assert (tmp_path / "plans" / "good.json").is_file()
+
+
+def test_bare_command_shows_the_help(runner):
+    result = run_cli(runner)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Usage: shardopt [OPTIONS] COMMAND")
+    assert "Commands:" in result.stderr.splitlines()
