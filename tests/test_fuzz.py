@@ -160,3 +160,36 @@ def test_from_torchrec_error_is_one_line_in_a_fresh_process(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["error: FACTORY 'fac:make': calling it raised RuntimeError: boom"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fac.py"]  # no stray __pycache__ either
+
+
+def test_planner_api_ignores_constraints_on_tables_no_sharder_shards():
+    """As TorchRec: a constraint for a table of a module the given sharders skip is not a typo."""
+    pytest.importorskip("torchrec")
+    import torch
+    from torchrec.distributed.planner.types import ParameterConstraints, Topology
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from shardopt.errors import ShardoptError
+    from shardopt.torchrec import workload_from_module
+
+    class Mine(EmbeddingBagCollection):
+        pass
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sharded = Mine(device=torch.device("meta"), tables=[
+                EmbeddingBagConfig(name="t0", embedding_dim=16, num_embeddings=1000, feature_names=["f0"])])
+            self.skipped = EmbeddingBagCollection(device=torch.device("meta"), tables=[
+                EmbeddingBagConfig(name="side", embedding_dim=16, num_embeddings=100, feature_names=["f9"])])
+
+    class MineSharder:
+        module_type = Mine
+
+    topology = Topology(world_size=2, compute_device="cuda")
+    constraints = {"side": ParameterConstraints(sharding_types=["table_wise"])}
+    workload, _ = workload_from_module(Model(), topology, 8, constraints, [MineSharder()])
+    assert [t.name for t in workload.tables] == ["t0"]  # "side" is not planned, and not an error
+    with pytest.raises(ShardoptError, match="constraints\\['sid'\\]: the model has no table of that name; did you mean 'side'"):
+        workload_from_module(Model(), topology, 8, {"sid": constraints["side"]}, [MineSharder()])

@@ -51,6 +51,7 @@ def workload_from_module(
     constraints = constraints or {}
     sharded_types = None if sharders is None else tuple(s.module_type for s in sharders)
     found: list[tuple[str, object]] = []
+    in_model: set[str] = set()  # every EmbeddingBagCollection table, sharded here or not
     skip_under: list[str] = []
     for path, child in module.named_modules():
         if any(path == p or path.startswith(p + ".") for p in skip_under):
@@ -67,20 +68,23 @@ def workload_from_module(
             )
         if isinstance(child, ebc_type):
             skip_under.append(path)
+            in_model.update(config.name for config in child.embedding_bag_configs())
             if sharded_types is None or any(isinstance(child, t) for t in sharded_types):
                 found.append((path, child))
     tables, origins, seen = [], {}, {}
     for path, ebc in found:
         for config in ebc.embedding_bag_configs():
             seen.setdefault(config.name, []).append(path)
-    unknown = sorted(set(constraints) - set(seen))
+    # A constraint on a table no sharder shards is ignored, as TorchRec does; one on a name the
+    # model lacks is a typo that would silently drop the user's constraint.
+    unknown = sorted(set(constraints) - in_model)
     if unknown:
         import difflib
 
-        hint = difflib.get_close_matches(str(unknown[0]), list(seen), n=1)
+        hint = difflib.get_close_matches(str(unknown[0]), sorted(in_model), n=1)
         raise ShardoptError(
             f"constraints[{unknown[0]!r}]: the model has no table of that name"
-            + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(seen)[:8])})")
+            + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(in_model)[:8])})")
         )
     for path, ebc in found:
         for config in ebc.embedding_bag_configs():
