@@ -18,15 +18,18 @@ import math
 from dataclasses import replace
 from typing import Sequence
 
+import numpy as np
+
 from shardopt.access import row_buckets
 from shardopt.plan import Shard, TablePlan
-from shardopt.workload import BucketsAccess, Table, Workload
+from shardopt.workload import MAX_WEIGHT, MIN_WEIGHT, BucketsAccess, Table, Workload
 
 HOT, COLD = ":hot", ":cold"
 # Hot sets worth replicating: the rows drawing these shares of lookups, if they are few.
 HOT_ROW_SHARES = (0.5, 0.8)
 MAX_HOT_ROW_FRACTION = 0.05  # at most this share of the table's rows
 MIN_COLD_SHARE = 0.01  # the cold part must still see lookups
+WEIGHT_SPAN = MAX_WEIGHT / MIN_WEIGHT
 
 
 def split_table(table: Table, hot_rows: int) -> tuple[Table, Table]:
@@ -37,14 +40,27 @@ def split_table(table: Table, hot_rows: int) -> tuple[Table, Table]:
     hot = replace(
         table, name=table.name + HOT, num_embeddings=hot_rows,
         pooling_factor=table.pooling_factor * share, sharding_types=None,
-        access=BucketsAccess("buckets", tuple(map(float, head.counts)), tuple(map(float, head.probs))),
+        access=_buckets_access(head.counts, head.probs),
     )
     cold = replace(
         table, name=table.name + COLD, num_embeddings=table.num_embeddings - hot_rows,
         pooling_factor=table.pooling_factor * (1 - share), sharding_types=None,
-        access=BucketsAccess("buckets", tuple(map(float, tail.counts)), tuple(map(float, tail.probs))),
+        access=_buckets_access(tail.counts, tail.probs),
     )
     return hot, cold
+
+
+def _buckets_access(counts, probs) -> BucketsAccess:
+    """Buckets within the workload's bounds on rows and weights (both are relative: the reader
+    normalises them), rescaled only when a part's values fall outside them; a weight more than
+    WEIGHT_SPAN below the largest is raised to that floor (it draws no lookup at float precision)."""
+    counts, probs = np.asarray(counts, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    if counts.max() > MAX_WEIGHT:
+        counts = counts * (MAX_WEIGHT / counts.max())
+    if probs.min() < MIN_WEIGHT:
+        probs = np.maximum(probs * (MIN_WEIGHT / probs.min()) if probs.max() / probs.min() <= WEIGHT_SPAN
+                           else probs * (MAX_WEIGHT / probs.max()), MIN_WEIGHT)
+    return BucketsAccess("buckets", tuple(map(float, np.maximum(counts, MIN_WEIGHT))), tuple(map(float, probs)))
 
 
 def hot_row_counts(table: Table) -> list[int]:

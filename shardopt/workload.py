@@ -83,7 +83,8 @@ Pooling = Annotated[float, Strict(), Field(gt=0, le=MAX_POOLING, allow_inf_nan=F
 Alpha = Annotated[float, Strict(), Field(gt=0, le=MAX_ALPHA, allow_inf_nan=False)]
 Fraction = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
 # Bucket weights are relative; 1e-9..1e9 keeps their normalised probabilities representable.
-Weight = Annotated[float, Strict(), Field(ge=1e-9, le=1e9, allow_inf_nan=False)]
+MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
+Weight = Annotated[float, Strict(), Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 EmbeddingDim = Annotated[int, Strict(), Field(gt=0, le=MAX_DIM), AfterValidator(_multiple_of_4)]
 Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]

@@ -145,3 +145,22 @@ def test_cli_candidates_option(runner, tmp_path):
         result = run_cli(runner, "plan", path, "-o", out, "--candidates", option, "--cost-model", "analytic-v0")
         assert result.exit_code == 0, result.stderr
         assert any(t.replicated_rows for t in read_plan(out).tables) is expect
+
+
+@pytest.mark.parametrize("rows,alpha", [(2**34, 1.05), (50_000_000, 2.5), (4_000_000_000, 1.6)])
+def test_split_of_extreme_tables_stays_within_the_workload_bounds(rows, alpha):
+    """A tail whose coldest rows draw < 1e-9 of the weight, or a bucket of > 1e9 rows, once made
+    the split table fail the workload's own bounds (dlrm-large with --candidates all crashed)."""
+    table = workload_from_dict({
+        "version": 1, "name": "x", "batch_size": 512, "topology": {"world_size": 8, "hbm_cap": "1TB"},
+        "tables": [{"name": "t", "num_embeddings": rows, "embedding_dim": 64, "pooling_factor": 20,
+                    "access": {"distribution": "zipf", "alpha": alpha}}]}).tables[0]
+    full = row_buckets(table)
+    for h in hot_row_counts(table) or [16]:
+        hot, cold = split_table(table, h)
+        assert hot.num_embeddings + cold.num_embeddings == rows
+        _, tail = full.split(h)
+        got = row_buckets(cold)
+        # the rescaling keeps the distribution: per-row probabilities up to the floor
+        kept = tail.probs / float((tail.counts * tail.probs).sum()) > 1e-15
+        assert got.probs[kept] == pytest.approx(tail.probs[kept] / float((tail.counts * tail.probs).sum()), rel=1e-6)
