@@ -15,11 +15,11 @@ from typing import Callable
 import numpy as np
 
 from shardopt.costmodel.base import CostModel
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.memory import shard_bytes
-from shardopt.plan import Shard, TablePlan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.arithmetic.memory import shard_bytes
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.greedy import SearchResult
-from shardopt.workload import Table, Workload
+from shardopt.core.workload import Table, Workload
 
 
 def _size(w: Workload, t: Table) -> float:

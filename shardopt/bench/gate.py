@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from shardopt.bench.suite import Entry
-from shardopt.errors import ShardoptError
-from shardopt.fileio import write_atomic
+from shardopt.core.errors import ShardoptError
+from shardopt.core.files import write_atomic
 
 BASELINE_FORMAT = "shardopt-bench-baseline"
 TOLERANCE = 0.02
@@ -53,7 +53,7 @@ def write_baseline(path: Path, entries: list[Entry], suite: str) -> None:
 
 
 def read_baseline(path: Path) -> dict:
-    from shardopt.loaders import load_json
+    from shardopt.core.loaders import load_json
 
     data = load_json(path, "baseline")
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:

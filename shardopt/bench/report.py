@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from shardopt.bench.suite import Entry
-from shardopt.fileio import write_atomic, write_figure
-from shardopt.plan import RankBreakdown
+from shardopt.core.files import write_atomic, write_figure
+from shardopt.core.plan import RankBreakdown
 
 PARTS = (("fwd_compute_ms", "forward compute"), ("bwd_compute_ms", "backward compute"),
          ("fwd_comm_ms", "forward comm"), ("bwd_comm_ms", "backward comm"))

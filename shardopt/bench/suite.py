@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from shardopt.bench.tasks import Task
-from shardopt.errors import ShardoptError
+from shardopt.core.errors import ShardoptError
 
 PLANNERS = ("shardopt", "shardopt-learned", "torchrec", "random", "size-greedy", "dim-greedy",
             "lookup-greedy", "size-lookup-greedy")
@@ -67,8 +67,8 @@ def run_suite(
 ) -> tuple[list[Entry], dict]:
     """Entries for every (task, planner), and the plans themselves keyed the same way."""
     from shardopt.costmodel.registry import resolve_cost_model
-    from shardopt.memory import plan_memory
-    from shardopt.plan_checks import check_plan
+    from shardopt.arithmetic.memory import plan_memory
+    from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
     from shardopt.search.objective import critical_path_ms
 
@@ -82,7 +82,7 @@ def run_suite(
             started = time.perf_counter()
             try:
                 if planner == "torchrec":
-                    from shardopt.torchrec.convert import torchrec_plan
+                    from shardopt.torchrec.to_model import torchrec_plan
 
                     plan = torchrec_plan(workload)
                 else:
@@ -120,9 +120,9 @@ def run_suite(
 
 
 def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
-    """Every valid plan of the task replayed side by side (:func:`shardopt.replay.replay_side_by_side`,
+    """Every valid plan of the task replayed side by side (:func:`shardopt.measure.replay.replay_side_by_side`,
     communication from the packaged CPU profile). ``replayed_runs`` keeps each round's bottleneck."""
-    from shardopt.replay import packaged_cpu_comm, replay_side_by_side
+    from shardopt.measure.replay import packaged_cpu_comm, replay_side_by_side
 
     result = replay_side_by_side(task.workload, {e.planner: plans[task.name, e.planner] for e in entries},
                                  rounds, comm=packaged_cpu_comm())

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardopt.memory import shard_bytes
-from shardopt.synth import SynthSpec, synth_workload
-from shardopt.workload import Workload, workload_from_dict
+from shardopt.arithmetic.memory import shard_bytes
+from shardopt.traces.synth import SynthSpec, synth_workload
+from shardopt.core.workload import Workload, workload_from_dict
 
 POOL_SIZE = 400
 WORLD = 4
@@ -72,7 +72,7 @@ def suite_tasks(suite: str, seed: int = 0) -> list[Task]:
     if suite == "full":
         from pathlib import Path
 
-        from shardopt.workload import read_workload
+        from shardopt.core.workload import read_workload
 
         configs = Path(__file__).resolve().parents[2] / "configs"  # in the repository, not the package
         for name in ("dlrm-medium", "tiny"):

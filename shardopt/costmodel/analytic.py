@@ -19,10 +19,10 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.terms import (
     INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, kernel_cache, shard_terms,
 )
-from shardopt.hardware import Hardware, hardware_for
-from shardopt.memory import shard_memory
-from shardopt.plan import RankBreakdown, TablePlan
-from shardopt.workload import Table, Workload
+from shardopt.core.hardware import Hardware, hardware_for
+from shardopt.arithmetic.memory import shard_memory
+from shardopt.core.plan import RankBreakdown, TablePlan
+from shardopt.core.workload import Table, Workload
 
 ROW_SPLIT = ("row_wise", "table_row_wise")
 GB = 1e9
@@ -268,7 +268,7 @@ class AnalyticCostModel(CostModel):
 
     # -- a whole plan ----------------------------------------------------------------------------
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
-        from shardopt.hotrows import expand
+        from shardopt.arithmetic.hotrows import expand
 
         from shardopt.costmodel.plan_kernels import rank_kernels
 

@@ -6,8 +6,8 @@ import abc
 from dataclasses import dataclass
 from typing import Sequence
 
-from shardopt.plan import RankBreakdown, TablePlan
-from shardopt.workload import Table, Workload
+from shardopt.core.plan import RankBreakdown, TablePlan
+from shardopt.core.workload import Table, Workload
 
 
 @dataclass(frozen=True)

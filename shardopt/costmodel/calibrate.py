@@ -21,7 +21,7 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.profile_data import KernelSample, kernel_terms
 from shardopt.costmodel.terms import hardware_coefficients
-from shardopt.hardware import Hardware
+from shardopt.core.hardware import Hardware
 
 
 # Refits weighted by the previous fit's predictions rather than the measurements themselves.

@@ -8,7 +8,7 @@ import numpy as np
 
 from shardopt.costmodel.profile_data import KernelShard
 from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, shard_terms
-from shardopt.hardware import Hardware
+from shardopt.core.hardware import Hardware
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")

@@ -1,201 +1,116 @@
-"""Learned cost model in the line of NeuroShard/DreamShard.
-
-A shared encoder turns each shard's features into a vector; the vectors of the shards fused in one
-kernel are summed (set pooling, so order does not matter and the fused cost need not be the sum of
-single costs); a head maps the pooled vector, the shard count and the calibrated analytic estimate
-(a physical prior that lets 600 profile points generalise) to log forward and backward seconds.
-An all-to-all head maps message bytes, world size and pattern to log seconds. A plan's cost is the
-max over ranks of compute plus communication, as TorchRec counts it.
-"""
+"""The learned model behind the CostModel contract, so search and evaluate can use it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import Calibration, calibrated_hardware
-from shardopt.costmodel.features import FEATURES, kernels_features
-from shardopt.costmodel.profile_data import KernelSample, KernelShard, kernel_terms
-from shardopt.hardware import Hardware
-
-HIDDEN = 32
-# The head corrects the prior by at most this much in log space (x0.74 .. x1.35): a bound that
-# keeps the nets from extrapolating wildly on kernels larger than any profiled.
-CORRECTION_BOUND = 0.3
-# Nets trained from consecutive seeds and averaged in log space: one net's variance on unseen
-# kernels is larger than its bias (chosen on a validation set of replayed plans, seed 1 of
-# benchmarks/accuracy.py, never the reported one).
-ENSEMBLE = 5
-EPOCHS = 300
-WEIGHT_DECAY = 1e-3
+from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
+from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
+from shardopt.core.hardware import hardware_for
+from shardopt.arithmetic.memory import plan_memory
+from shardopt.core.plan import RankBreakdown, TablePlan
+from shardopt.profile.precision import measured_precision
+from shardopt.core.workload import Table, Workload
 
 
-def _mlp(sizes: Sequence[int]):
-    import torch.nn as nn
+class LearnedCostModel(CostModel):
+    """Set-pooled kernel costs and an all-to-all head; see :mod:`shardopt.costmodel.kernel_net`."""
 
-    layers = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-def build_nets():
-    import torch.nn as nn
-
-    class KernelNet(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = _mlp([len(FEATURES), HIDDEN, HIDDEN])
-            self.head = _mlp([HIDDEN + 3, HIDDEN, 2])
-
-        def forward(self, feats, segment, kernels, prior):
-            import torch
-
-            encoded = torch.relu(self.encoder(feats))
-            pooled = torch.zeros(kernels, HIDDEN, dtype=encoded.dtype).index_add_(0, segment, encoded)
-            count = torch.bincount(segment, minlength=kernels).to(encoded.dtype).unsqueeze(1)
-            out = self.head(torch.cat([pooled, torch.log1p(count), prior], dim=1))
-            # The head learns a bounded correction to the analytic prior, in log space.
-            return prior + CORRECTION_BOUND * torch.tanh(out / CORRECTION_BOUND)
-
-    return KernelNet(), _mlp([4, 16, 16, 1])
-
-
-@dataclass
-class LearnedParts:
-    """Everything the learned model needs at prediction time (what its file stores)."""
-
-    calibration: Calibration
-    feature_mean: np.ndarray
-    feature_std: np.ndarray
-    kernel_states: list[dict]  # one per ensemble member
-    comm_state: dict
-
-
-def analytic_prior(hw: Hardware, calibration: Calibration, kernels: Sequence[Sequence[KernelShard]]) -> np.ndarray:
-    """log of the calibrated analytic forward and backward seconds of each kernel."""
-    fwd_c, bwd_c = np.array(calibration.fwd), np.array(calibration.bwd)
-    hw = calibrated_hardware(hw, calibration)
-    out = []
-    for shards in kernels:
-        f, b = kernel_terms(hw, shards)
-        out.append([
-            np.log(max(f @ fwd_c + calibration.fwd_kernel_s, 1e-9)),
-            np.log(max(b @ bwd_c + calibration.bwd_kernel_s, 1e-9)),
-        ])
-    return np.array(out, dtype=np.float64).reshape(len(kernels), 2)
-
-
-def comm_inputs(message_bytes: np.ndarray, world: np.ndarray, pooled: np.ndarray) -> np.ndarray:
-    return np.stack([np.log1p(message_bytes) / 10, np.log(world), pooled, np.ones_like(pooled)], 1)
-
-
-class KernelPredictor:
-    """The trained nets, ready to predict kernels and all-to-alls."""
-
-    def __init__(self, hw: Hardware, parts: LearnedParts) -> None:
-        import torch
-
-        self.hw = calibrated_hardware(hw, parts.calibration)
+    def __init__(self, parts: LearnedParts, device: str = "cpu") -> None:
         self.parts = parts
-        self.kernel_nets = []
-        for state in parts.kernel_states:
-            net, _ = build_nets()
-            net.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
-            self.kernel_nets.append(net.double().eval())
-        _, self.comm_net = build_nets()
-        self.comm_net.load_state_dict({k: torch.tensor(v) for k, v in parts.comm_state.items()})
-        self.comm_net.double().eval()
+        self.device = device
+        self.name = f"learned-{parts.calibration.hardware}"
+        self._analytic = AnalyticCostModel(calibration=parts.calibration)
+        self._predictors: dict = {}
 
-    def kernel_seconds(self, kernels: Sequence[Sequence[KernelShard]]) -> np.ndarray:
-        """[kernels, 2]: forward and backward seconds of each kernel (empty kernels allowed)."""
-        import torch
+    def _predictor(self, workload: Workload) -> KernelPredictor:
+        hw = hardware_for(workload.topology)
+        if hw not in self._predictors:
+            self._predictors[hw] = KernelPredictor(hw, self.parts)
+        return self._predictors[hw]
 
-        feats, segment = kernels_features(self.hw, kernels)
-        feats = (feats - self.parts.feature_mean) / self.parts.feature_std
-        prior = analytic_prior(self.hw, self.parts.calibration, kernels)
-        args = (torch.from_numpy(feats), torch.from_numpy(segment), len(kernels), torch.from_numpy(prior))
-        with torch.no_grad():
-            logs = [net(*args).numpy() for net in self.kernel_nets]
-        return np.exp(np.mean(logs, axis=0))
+    @lru_cache(maxsize=1 << 16)
+    def _single(self, workload: Workload, placed: PlacedShard) -> tuple[float, float]:
+        shard = kernel_shard(workload, placed, measured_precision(placed.table.data_type, self.device))
+        alone, empty = self._predictor(workload).kernel_seconds([[shard], []])
+        return tuple(np.maximum(alone - empty, 0.0))  # type: ignore[return-value]
 
-    def all_to_all_seconds(self, message_bytes: float, world: int, pattern: str) -> float:
-        import torch
+    def shard_cost(
+        self, workload, table: Table, sharding_type, rows, cols, compute_kernel="fused",
+        cache_load_factor=None,
+    ) -> ShardCost:
+        """The shard's marginal kernel time (alone minus an empty kernel); comm as calibrated."""
+        fwd_s, bwd_s = self._single(
+            workload,
+            PlacedShard(table, sharding_type, 0, rows, cols, compute_kernel, cache_load_factor),
+        )
+        comm = self._analytic.shard_cost(
+            workload, table, sharding_type, rows, cols, compute_kernel, cache_load_factor
+        )
+        return ShardCost(
+            fwd_compute_ms=fwd_s * 1e3, bwd_compute_ms=bwd_s * 1e3,
+            fwd_comm_ms=comm.fwd_comm_ms, bwd_comm_ms=comm.bwd_comm_ms,
+            hbm_bytes=comm.hbm_bytes,
+            ddr_bytes=comm.ddr_bytes,
+        )
 
-        if message_bytes <= 0 or world <= 1:
+    def comm_floor_ms(self, workload: Workload, average, every_rank_sends: bool = False) -> float | None:
+        return self._analytic.comm_floor_ms(workload, average, every_rank_sends)
+
+    def comm_curves(self, workload: Workload):
+        return self._analytic.comm_curves(workload)
+
+    def additive(self, workload: Workload) -> bool:
+        return False  # a rank's shards are priced together
+
+    def compute_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        if not sharding_types:
             return 0.0
-        x = comm_inputs(np.array([message_bytes]), np.array([float(world)]),
-                        np.array([1.0 if pattern == "pooled" else 0.0]))
-        with torch.no_grad():
-            return float(np.exp(self.comm_net(torch.from_numpy(x)).numpy()[0, 0]))
+        empty = self._predictor(workload).kernel_seconds([[]])[0].sum() * 1e3
+        return empty * (int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types))
 
+    def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        if not sharding_types:
+            return 0.0
+        _, _, fwd_latency, bwd_latency = self._analytic.overheads(workload, sharding_types)
+        return self.compute_overhead_ms(workload, sharding_types) + (fwd_latency + bwd_latency) * 1e3
 
-def train_parts(
-    hw: Hardware,
-    calibration: Calibration,
-    samples: Sequence[KernelSample],
-    comm_records: Sequence[dict],
-    *,
-    seed: int = 0,
-    epochs: int = EPOCHS,
-    progress=None,
-) -> LearnedParts:
-    """Fit both nets; deterministic for a given profile and seed (one thread, fixed order)."""
-    import torch
+    def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        from shardopt.arithmetic.hotrows import expand
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    try:
-        kernels = [s.shards for s in samples]
-        feats, segment = kernels_features(calibrated_hardware(hw, calibration), kernels)
-        mean, std = feats.mean(axis=0), feats.std(axis=0)
-        std[std < 1e-9] = 1.0
-        x = torch.from_numpy((feats - mean) / std)
-        seg = torch.from_numpy(segment)
-        prior = torch.from_numpy(analytic_prior(hw, calibration, kernels))
-        y = torch.log(torch.tensor([[s.fwd_s, s.bwd_s] for s in samples], dtype=torch.float64))
-        kernel_states = []
-        for member in range(ENSEMBLE):
-            torch.manual_seed(seed * ENSEMBLE + member)
-            kernel_net, _ = build_nets()
-            kernel_net.double()
-            opt = torch.optim.Adam(kernel_net.parameters(), lr=3e-3, weight_decay=WEIGHT_DECAY)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
-            for epoch in range(epochs):
-                opt.zero_grad()
-                loss = torch.mean((kernel_net(x, seg, len(kernels), prior) - y) ** 2)
-                loss.backward()
-                opt.step()
-                sched.step()
-                if progress and epoch % 100 == 0:
-                    progress(member, epoch, float(loss))
-            kernel_states.append({k: v.tolist() for k, v in kernel_net.state_dict().items()})
-        torch.manual_seed(seed)
-        _, comm_net = build_nets()
-        comm_net.double()
-        cx = comm_inputs(
-            np.array([float(r["message_bytes"]) for r in comm_records]),
-            np.array([float(r["world_size"]) for r in comm_records]),
-            np.array([1.0 if r["pattern"] == "pooled" else 0.0 for r in comm_records]),
-        )
-        cy = np.log([[r["timing"]["median_us"] * 1e-6] for r in comm_records])
-        if len(cx):
-            cx_t, cy_t = torch.from_numpy(cx), torch.from_numpy(np.asarray(cy, dtype=np.float64))
-            copt = torch.optim.Adam(comm_net.parameters(), lr=1e-2)
-            for _ in range(1500):
-                copt.zero_grad()
-                closs = torch.mean((comm_net(cx_t) - cy_t) ** 2)
-                closs.backward()
-                copt.step()
-        return LearnedParts(
-            calibration=calibration,
-            feature_mean=mean,
-            feature_std=std,
-            kernel_states=kernel_states,
-            comm_state={k: v.tolist() for k, v in comm_net.state_dict().items()},
-        )
-    finally:
-        torch.set_num_threads(threads)
+        workload, tables = expand(workload, tables)
+        predictor = self._predictor(workload)
+        per_rank = rank_kernels(workload, tables, self.device)
+        kernels, owner = [], []
+        for rank, groups in enumerate(per_rank):
+            for (precision, _), members in groups.items():
+                kernels.append([kernel_shard(workload, p, precision) for p in members])
+                owner.append(rank)
+        seconds = predictor.kernel_seconds(kernels) if kernels else np.zeros((0, 2))
+        compute = np.zeros((workload.topology.world_size, 2))
+        for rank, (f, b) in zip(owner, seconds):
+            compute[rank] += (f, b)
+        curves = self._analytic.comm_curves(workload)
+        if curves is not None:
+            # Measured curves beat a net fitted to their few points, and replay reads the same.
+            comm = rank_comm_from_all_to_all(workload, tables, lambda w, p, n: curves.seconds(w, p, n) * 1e3)
+        else:
+            comm = rank_comm_from_all_to_all(
+                workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
+            )
+        hbm, _ = plan_memory(workload, tables)
+        out = []
+        for rank in range(workload.topology.world_size):
+            fwd, bwd = compute[rank] * 1e3
+            fcomm, bcomm = comm[rank] if len(comm) > rank else (0.0, 0.0)
+            out.append(RankBreakdown(
+                rank=rank, fwd_compute_ms=float(fwd), bwd_compute_ms=float(bwd),
+                fwd_comm_ms=fcomm, bwd_comm_ms=bcomm, total_ms=float(fwd + bwd) + fcomm + bcomm,
+                hbm_bytes=hbm[rank],
+            ))
+        return out

@@ -13,9 +13,9 @@ from typing import Sequence
 
 from shardopt.costmodel.analytic import shard_lookups, shard_samples
 from shardopt.costmodel.profile_data import KernelShard
-from shardopt.plan import TablePlan
+from shardopt.core.plan import TablePlan
 from shardopt.profile.precision import measured_precision
-from shardopt.workload import Table, Workload
+from shardopt.core.workload import Table, Workload
 
 KernelKey = tuple[str, bool]  # (precision, data-parallel)
 

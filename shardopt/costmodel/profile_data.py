@@ -9,9 +9,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, kernel_cache, shard_terms
-from shardopt.hardware import Hardware
+from shardopt.core.hardware import Hardware
 from shardopt.profile.dataset import tables_of
-from shardopt.workload import Table
+from shardopt.core.workload import Table
 
 KERNEL_OF_LOCATION = {"hbm": "fused", "uvm": "fused_uvm", "uvm_caching": "fused_uvm_caching"}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
-from shardopt.errors import ShardoptError
-from shardopt.hardware import DEFAULT_HARDWARE
-from shardopt.workload import Workload
+from shardopt.core.errors import ShardoptError
+from shardopt.core.hardware import DEFAULT_HARDWARE
+from shardopt.core.workload import Workload
 
 NAMES = ("analytic", "analytic-v0", "learned")
 
@@ -65,7 +65,7 @@ def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[s
         warnings.append(f"{path}: {other_cpu}")
     if spec == "analytic":
         return AnalyticCostModel(calibration=parts.calibration), warnings
-    from shardopt.costmodel.learned_model import LearnedCostModel
+    from shardopt.costmodel.learned import LearnedCostModel
 
     return LearnedCostModel(parts, device=workload.topology.compute_device), warnings
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.costmodel.learned import LearnedParts
-from shardopt.errors import ShardoptError
-from shardopt.fileio import write_atomic
+from shardopt.costmodel.kernel_net import LearnedParts
+from shardopt.core.errors import ShardoptError
+from shardopt.core.files import write_atomic
 
 MODEL_FORMAT = "shardopt-cost-model"
 # 2: shards of a kernel share its caches (llc_bytes fitted, llc_bytes and update_hit_bytes terms).
@@ -63,7 +63,7 @@ def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
     Every array is checked for its length and every number for being finite, and the nets are
     built from their weights here, so a damaged file fails on load rather than mid-plan.
     """
-    from shardopt.loaders import load_json
+    from shardopt.core.loaders import load_json
 
     path = Path(path)
     data = load_json(path, "cost-model file")
@@ -161,7 +161,7 @@ def _check_nets(parts: LearnedParts) -> None:
     """Load every net's weights into its architecture: wrong shapes or keys fail here."""
     import torch
 
-    from shardopt.costmodel.learned import build_nets
+    from shardopt.costmodel.kernel_net import build_nets
 
     for i, state in enumerate(parts.kernel_states):
         net, _ = build_nets()

@@ -15,13 +15,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from shardopt.access import cache_buckets, row_buckets
+from shardopt.arithmetic.access import cache_buckets, row_buckets
 from typing import Sequence
 
-from shardopt.costmodel.cache import CacheRows, characteristic_time
-from shardopt.hardware import Hardware
-from shardopt.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes
-from shardopt.workload import Table
+from shardopt.costmodel.cpu_cache import CacheRows, characteristic_time
+from shardopt.core.hardware import Hardware
+from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes
+from shardopt.core.workload import Table
 
 INDEX_BYTES = 8  # int64 ids, as TorchRec's KeyedJaggedTensor carries them
 OUTPUT_BYTES = 4  # pooled embeddings and their gradients are fp32

@@ -13,10 +13,10 @@ import numpy as np
 
 from shardopt.costmodel.analytic import calibrated_hardware
 from shardopt.costmodel.calibrate import calibrate
-from shardopt.costmodel.learned import EPOCHS, KernelPredictor, LearnedParts, train_parts
+from shardopt.costmodel.kernel_net import EPOCHS, KernelPredictor, LearnedParts, train_parts
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
-from shardopt.errors import ShardoptError
-from shardopt.hardware import Hardware, hardware_profiles
+from shardopt.core.errors import ShardoptError
+from shardopt.core.hardware import Hardware, hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
 
 HELD_OUT = 0.15

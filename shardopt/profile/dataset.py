@@ -17,9 +17,9 @@ from typing import Annotated, Iterator, Literal, Union
 from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
-from shardopt.errors import ShardoptError
-from shardopt.fileio import write_atomic
-from shardopt.workload import Access, Table
+from shardopt.core.errors import ShardoptError
+from shardopt.core.files import write_atomic
+from shardopt.core.workload import Access, Table
 
 MANIFEST = "manifest.json"
 POINTS = "points.jsonl"
@@ -127,7 +127,7 @@ class ProfileDataset:
         return self.folder / POINTS
 
     def manifest(self) -> dict:
-        from shardopt.loaders import load_json
+        from shardopt.core.loaders import load_json
 
         if not self.folder.is_dir():
             raise ShardoptError(f"{self.folder}: not a profile dataset (not a folder)")
@@ -240,7 +240,7 @@ def _check_record(line: bytes) -> dict:
     """One points.jsonl line as a checked record; ValueError says what is wrong with it."""
     from pydantic import ValidationError
 
-    from shardopt.schema import first_error
+    from shardopt.core.validation import first_error
 
     try:
         text = line.decode("utf-8")

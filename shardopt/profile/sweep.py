@@ -24,7 +24,7 @@ from shardopt.profile.dataset import (
     point_key,
     tables_of,
 )
-from shardopt.synth import trace_histograms
+from shardopt.traces.synth import trace_histograms
 
 PRESETS = ("unit", "smoke", "full")
 # Rank-shaped fused points in the full CPU preset: planning compares ranks, so the model must
@@ -94,7 +94,7 @@ def _rank_like_points(rng, count: int, max_elems: int, max_lookups: float) -> li
     """Fused points shaped like one rank of a real plan: DLRM-like tables (drawn as `synth`
     draws them), some whole, some row-wise slices (their rows' share of the global batch's
     lookups), some column halves, all pooling the global batch of a 2-8 rank cluster."""
-    from shardopt.synth import SynthSpec, synth_workload
+    from shardopt.traces.synth import SynthSpec, synth_workload
 
     points = []
     for i in range(count):

@@ -9,10 +9,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from shardopt.lookups import Bags, sample_bags
+from shardopt.profile.bags import Bags, sample_bags
 from shardopt.profile.kernels import KernelSpec, build_kernel
 from shardopt.profile.timing import Timing, time_forward_backward
-from shardopt.workload import Table
+from shardopt.core.workload import Table
 
 # Training draws a new batch every iteration, so a timing loop feeds a new one every iteration too.
 # Fed one batch over and over, the caches see the same rows in the same order each time: LRU keeps

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 from shardopt.costmodel.analytic import CommBytes, comm_bytes, shard_lookups
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.search.candidates import Candidate
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 
 def balance_lower_bound(
@@ -147,7 +147,7 @@ def piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:
     """What each piece's rank sends for it (a hot-row cut: its cold rows plus the replica's share)."""
     owner, extra = table, CommBytes()
     if cand.replicated_rows:
-        from shardopt.hotrows import split_table
+        from shardopt.arithmetic.hotrows import split_table
 
         hot, owner = split_table(table, cand.replicated_rows)
         extra = comm_bytes(workload, "data_parallel", hot.num_embeddings, table.embedding_dim, 0.0)

@@ -11,7 +11,7 @@ Beyond TorchRec's kinds over all ranks, three come from the research:
 - RecShard's hot/cold tiers: on GPUs, a ``fused_uvm_caching`` table whose HBM cache holds the rows
   that draw 80/90/95/99% of its lookups, the load factor read off the table's access CDF;
 - FlexShard's hot rows: the few rows that draw half (or 80%) of a skewed table's lookups
-  replicated on every rank, the rest row-wise (``shardopt/hotrows.py``).
+  replicated on every rank, the rest row-wise (``shardopt/arithmetic/hotrows.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from shardopt.access import row_buckets
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.memory import shard_bytes
-from shardopt.workload import Table, Workload
+from shardopt.arithmetic.access import row_buckets
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.arithmetic.memory import shard_bytes
+from shardopt.core.workload import Table, Workload
 
 MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per warp
 # RecShard tiers: cache the rows drawing these shares of a table's lookups.
@@ -201,7 +201,7 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
 
 def _hot_rows(workload: Workload, table: Table) -> list[Candidate]:
     """FlexShard: replicate the hottest rows on every rank, row-wise shard the rest."""
-    from shardopt.hotrows import hot_row_counts
+    from shardopt.arithmetic.hotrows import hot_row_counts
 
     world = workload.topology.world_size
     out = []

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from shardopt.costmodel.base import CostModel, ShardCost
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.plan import Shard, TablePlan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_candidates
 from shardopt.search.objective import CRITICAL_PATH, Objective
-from shardopt.units import format_bytes
-from shardopt.workload import Workload
+from shardopt.core.units import format_bytes
+from shardopt.core.workload import Workload
 
 Order = Literal["cost", "memory"]
 _MAX_MOVES = 10_000
@@ -162,7 +162,7 @@ def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bo
 
 
 def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
-    from shardopt.hotrows import split_table
+    from shardopt.arithmetic.hotrows import split_table
 
     hot, cold = split_table(table, cand.replicated_rows)
     replica = cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)

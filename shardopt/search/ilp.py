@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 
 from shardopt.costmodel.base import CostModel
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.plan import Shard, TablePlan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.search.bound import collective_bytes, piece_bytes
 from shardopt.search.candidates import Candidate, table_candidates
@@ -35,7 +35,7 @@ from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
 from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, PHASES, Objective, rank_phases
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
 REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver's plan

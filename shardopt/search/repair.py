@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from shardopt.costmodel.base import CostModel
-from shardopt.memory import plan_memory, shard_memory
-from shardopt.plan import Shard, TablePlan
+from shardopt.arithmetic.memory import plan_memory, shard_memory
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.objective import BOTTLENECK, Objective, Phases, rank_phases
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 if TYPE_CHECKING:
     from shardopt.search.greedy import SearchResult

@@ -13,11 +13,11 @@ def __getattr__(name):
 
         return getattr(planner, name)
     if name == "workload_from_module":
-        from shardopt.torchrec.module import workload_from_module
+        from shardopt.torchrec.from_model import workload_from_module
 
         return workload_from_module
     if name == "module_from_workload":
-        from shardopt.torchrec.convert import module_from_workload
+        from shardopt.torchrec.to_model import module_from_workload
 
         return module_from_workload
     if name in ("to_sharding_plan", "from_sharding_plan"):

@@ -22,10 +22,10 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
-from shardopt.plan import Plan
-from shardopt.torchrec.module import Origin, workload_from_module
+from shardopt.core.plan import Plan
+from shardopt.torchrec.from_model import Origin, workload_from_module
 from shardopt.torchrec.sharding_plan import to_sharding_plan
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 logger = logging.getLogger(__name__)
 TENSOR_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
@@ -115,7 +115,7 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> N
     """Refuse options the CLI would refuse, with the same words (a ShardoptError is a ValueError)."""
     import math
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.search.objective import OBJECTIVES
 
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -175,7 +175,7 @@ class ShardoptEstimator(ShardEstimator):
                 )
 
     def _workload(self, options: List[ShardingOption]) -> Workload:
-        from shardopt.torchrec.module import _topology, workload_from_torchrec
+        from shardopt.torchrec.from_model import _topology, workload_from_torchrec
 
         tables, seen = [], set()
         batch = self.batch_size

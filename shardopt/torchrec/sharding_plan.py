@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from shardopt.errors import ShardoptError
-from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Shard, TablePlan, WorkloadRef
-from shardopt.torchrec.module import Origin
-from shardopt.workload import Workload
+from shardopt.core.errors import ShardoptError
+from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Shard, TablePlan, WorkloadRef
+from shardopt.torchrec.from_model import Origin
+from shardopt.core.workload import Workload
 
 
 def _origins(workload: Workload, origins: Optional[Mapping[str, Origin]]) -> dict[str, Origin]:

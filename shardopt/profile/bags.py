@@ -1,6 +1,6 @@
 """Lookups drawn from a table's access distribution: the ids one batch really sends a table.
 
-Popularity ranks come from the row buckets of :mod:`shardopt.access`; a bijective multiplicative
+Popularity ranks come from the row buckets of :mod:`shardopt.arithmetic.access`; a bijective multiplicative
 hash then spreads them over the row ids, as production id hashing does, so the hot rows of a
 table land in every row-wise block and not all in the first.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardopt.access import row_buckets
-from shardopt.workload import Table
+from shardopt.arithmetic.access import row_buckets
+from shardopt.core.workload import Table
 
 _HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from shardopt.costmodel.base import CostModel
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.memory import shard_memory
-from shardopt.plan import Shard, TablePlan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.arithmetic.memory import shard_memory
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import table_candidates
 from shardopt.search.greedy import SearchResult, piece_costs
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 ATTEMPTS = 50
 

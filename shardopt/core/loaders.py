@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from shardopt.errors import ShardoptError
-from shardopt.schema import format_path
+from shardopt.core.errors import ShardoptError
+from shardopt.core.validation import format_path
 
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 64

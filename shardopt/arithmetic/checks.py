@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardopt.memory import plan_memory
-from shardopt.plan import Plan, TablePlan
-from shardopt.units import format_bytes
-from shardopt.workload import Table, Workload
+from shardopt.arithmetic.memory import plan_memory
+from shardopt.core.plan import Plan, TablePlan
+from shardopt.core.units import format_bytes
+from shardopt.core.workload import Table, Workload
 
 ROW_CUT = ("row_wise", "table_row_wise")
 COL_CUT = ("column_wise", "table_column_wise")

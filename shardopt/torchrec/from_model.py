@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-from shardopt.errors import FieldError, ShardoptError
-from shardopt.workload import Workload, workload_from_dict
+from shardopt.core.errors import FieldError, ShardoptError
+from shardopt.core.workload import Workload, workload_from_dict
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shardopt.errors import ShardoptError
-from shardopt.workload import HIST_BINS
+from shardopt.core.errors import ShardoptError
+from shardopt.core.workload import HIST_BINS
 
 
 @dataclass(frozen=True)

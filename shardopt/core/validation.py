@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from pydantic import ConfigDict, ValidationError
 
-from shardopt.errors import FieldError
+from shardopt.core.errors import FieldError
 
 # Every file-facing dataclass forbids unknown keys and is immutable once loaded.
 STRICT = ConfigDict(extra="forbid")

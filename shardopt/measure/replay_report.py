@@ -6,10 +6,10 @@ import dataclasses
 import json
 from typing import Sequence
 
-from shardopt.plan import RankBreakdown
-from shardopt.replay import ReplayResult
+from shardopt.core.plan import RankBreakdown
+from shardopt.measure.replay import ReplayResult
 from shardopt.search.objective import critical_path_ms
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 
 def replay_table(

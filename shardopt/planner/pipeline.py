@@ -6,11 +6,11 @@ from typing import Optional, Protocol
 
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
-from shardopt.errors import ShardoptError
-from shardopt.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
+from shardopt.core.errors import ShardoptError
+from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
 from shardopt.search.greedy import SearchResult
 from shardopt.search.ilp import IlpSearch
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 
 class Search(Protocol):

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from shardopt.memory import DATA_TYPE_BYTES
-from shardopt.plan import RankBreakdown, TablePlan
-from shardopt.workload import Workload
+from shardopt.arithmetic.memory import DATA_TYPE_BYTES
+from shardopt.core.plan import RankBreakdown, TablePlan
+from shardopt.core.workload import Workload
 
 NAME = "torchrec-estimator"
 
 
 def torchrec_breakdown(workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
-    from shardopt.hotrows import expand
+    from shardopt.arithmetic.hotrows import expand
 
     workload, tables = expand(workload, tables)
     from torchrec.distributed.planner.constants import BIGINT_DTYPE

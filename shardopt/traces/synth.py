@@ -18,7 +18,7 @@ from importlib import resources
 
 import numpy as np
 
-from shardopt.workload import HIST_BINS
+from shardopt.core.workload import HIST_BINS
 
 ROWS_MEAN, ROWS_STD = 4.11e6, 3.13e6
 POOLING_MEAN, POOLING_STD, POOLING_MAX = 15.81, 25.59, 194.0

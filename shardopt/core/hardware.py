@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from shardopt.errors import ShardoptError
+from shardopt.core.errors import ShardoptError
 
 if TYPE_CHECKING:
-    from shardopt.workload import Topology
+    from shardopt.core.workload import Topology
 
 DEFAULT_HARDWARE = {"cpu": "cpu", "cuda": "h200"}
 

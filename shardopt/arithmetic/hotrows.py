@@ -20,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.access import row_buckets
-from shardopt.plan import Shard, TablePlan
-from shardopt.workload import MAX_WEIGHT, MIN_WEIGHT, BucketsAccess, Table, Workload
+from shardopt.arithmetic.access import row_buckets
+from shardopt.core.plan import Shard, TablePlan
+from shardopt.core.workload import MAX_WEIGHT, MIN_WEIGHT, BucketsAccess, Table, Workload
 
 HOT, COLD = ":hot", ":cold"
 # Hot sets worth replicating: the rows drawing these shares of lookups, if they are few.

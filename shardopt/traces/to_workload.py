@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardopt.errors import ShardoptError
-from shardopt.stats import trace_stats
-from shardopt.workload import read_workload, workload_to_dict
+from shardopt.core.errors import ShardoptError
+from shardopt.traces.stats import trace_stats
+from shardopt.core.workload import read_workload, workload_to_dict
 
 MIN_POOLING = 1e-3  # a table the trace never reads still needs a positive pooling factor
 

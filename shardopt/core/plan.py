@@ -20,10 +20,10 @@ from typing import Annotated, Literal, Optional
 from pydantic import Field, Strict
 from pydantic.dataclasses import dataclass
 
-from shardopt.errors import ShardoptError
-from shardopt.fileio import write_atomic
-from shardopt.schema import STRICT, validate_as
-from shardopt.workload import MAX_WORLD, ShardingType
+from shardopt.core.errors import ShardoptError
+from shardopt.core.files import write_atomic
+from shardopt.core.validation import STRICT, validate_as
+from shardopt.core.workload import MAX_WORLD, ShardingType
 
 PLAN_FORMAT = "shardopt-plan"
 PLAN_VERSION = 2
@@ -57,7 +57,7 @@ class TablePlan:
     # HBM cache share of a fused_uvm_caching table; None means TorchRec's default (0.2).
     cache_load_factor: Optional[LoadFactor] = None
     # FlexShard: the table's ids are remapped hottest first and rows [0, replicated_rows) live on
-    # every rank; the shards cover rows [replicated_rows, N). See shardopt/hotrows.py.
+    # every rank; the shards cover rows [replicated_rows, N). See shardopt/arithmetic/hotrows.py.
     replicated_rows: Optional[PositiveInt] = None
 
     @property
@@ -201,6 +201,6 @@ def _upgrade_v1(data: dict, source: str) -> dict:
 
 
 def read_plan(path: str | Path) -> Plan:
-    from shardopt.loaders import load_json
+    from shardopt.core.loaders import load_json
 
     return plan_from_dict(load_json(path, "plan file"), str(path))

@@ -15,11 +15,11 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, Strict
 from pydantic.dataclasses import dataclass
 
-from shardopt.errors import FieldError
-from shardopt.hardware import hardware_profiles
-from shardopt.memory import DATA_TYPE_BYTES, shard_bytes
-from shardopt.schema import STRICT, validate_as
-from shardopt.units import format_bytes, parse_size
+from shardopt.core.errors import FieldError
+from shardopt.core.hardware import hardware_profiles
+from shardopt.arithmetic.memory import DATA_TYPE_BYTES, shard_bytes
+from shardopt.core.validation import STRICT, validate_as
+from shardopt.core.units import format_bytes, parse_size
 
 SHARDING_TYPES = (
     "table_wise",
@@ -305,7 +305,7 @@ def workload_from_dict(data: object, source: str = "<workload>") -> Workload:
 
 def read_workload(path: str | Path) -> tuple[Workload, str]:
     """Load a workload file; return it with the sha256 of its bytes (plans record the hash)."""
-    from shardopt.loaders import load_yaml
+    from shardopt.core.loaders import load_yaml
 
     data, raw = load_yaml(path, "workload file")
     return workload_from_dict(data, str(path)), hashlib.sha256(raw).hexdigest()

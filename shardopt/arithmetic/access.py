@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from shardopt.workload import (
+from shardopt.core.workload import (
     HIST_BINS, BucketsAccess, HistogramAccess, Table, UniformAccess, ZipfAccess,
 )
 

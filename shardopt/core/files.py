@@ -18,7 +18,7 @@ import secrets
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from shardopt.errors import ShardoptError
+from shardopt.core.errors import ShardoptError
 
 # The temp file's name is ".<stem>~<hash>.<pid>.<random>.tmp"; the stem is cut so that any
 # target name the file system accepts also gives a temp name it accepts.

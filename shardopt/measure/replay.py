@@ -20,13 +20,13 @@ import numpy as np
 from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
-from shardopt.lookups import Bags, sample_bags
-from shardopt.memory import plan_memory
-from shardopt.plan import Plan, RankBreakdown, TablePlan
+from shardopt.profile.bags import Bags, sample_bags
+from shardopt.arithmetic.memory import plan_memory
+from shardopt.core.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
 from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 
 # A 2-core VM's timings wander by several percent; ten iterations keep two replays within a few.
@@ -157,7 +157,7 @@ class PlanReplay:
     ) -> None:
         from dataclasses import replace
 
-        from shardopt.hotrows import expand
+        from shardopt.arithmetic.hotrows import expand
 
         # Hot-row tables run as a data-parallel hot table and a row-wise cold one (ids remapped).
         self.workload, expanded = expand(workload, plan.tables)

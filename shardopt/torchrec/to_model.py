@@ -7,12 +7,12 @@ shardopt Plan, so every shardopt tool (validate, evaluate, replay) can judge the
 
 from __future__ import annotations
 
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.plan import Plan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Plan
 from shardopt.search.candidates import TORCHREC_TYPES
-from shardopt.torchrec.module import torchrec_topology
+from shardopt.torchrec.from_model import torchrec_topology
 from shardopt.torchrec.sharding_plan import from_sharding_plan
-from shardopt.workload import Workload
+from shardopt.core.workload import Workload
 
 DATA_TYPES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
 

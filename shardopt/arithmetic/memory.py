@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from shardopt.plan import TablePlan
-    from shardopt.workload import Table, Workload
+    from shardopt.core.plan import TablePlan
+    from shardopt.core.workload import Table, Workload
 
 DATA_TYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 INT8_ROW_OVERHEAD = 8  # FBGEMM stores a per-row fp32 scale and bias beside int8 rows
@@ -69,7 +69,7 @@ def plan_memory(
     workload: Workload, tables: Sequence[TablePlan]
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Device bytes per rank and host DDR bytes per host of a plan's shards (unknown tables skipped)."""
-    from shardopt.hotrows import expand
+    from shardopt.arithmetic.hotrows import expand
 
     workload, tables = expand(workload, tables)
     by_name = {t.name: t for t in workload.tables}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from shardopt.plan import Plan, RankBreakdown
-from shardopt.units import format_bytes
-from shardopt.workload import Workload
+from shardopt.core.plan import Plan, RankBreakdown
+from shardopt.core.units import format_bytes
+from shardopt.core.workload import Workload
 
 BAR_WIDTH = 30
 

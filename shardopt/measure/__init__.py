@@ -1,0 +1,1 @@
+"""Measuring plans on this machine's kernels: replay and its report."""

@@ -1,0 +1,1 @@
+"""Workloads from data: synthetic workloads, trace statistics, and a workload from a trace."""
