@@ -29,8 +29,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def held_out_workloads(count: int, seed: int):
-    from shardopt.synth import SynthSpec, synth_workload
-    from shardopt.workload import workload_from_dict
+    from shardopt.traces.synth import SynthSpec, synth_workload
+    from shardopt.core.workload import workload_from_dict
 
     rng = np.random.default_rng(seed)
     out = []
@@ -48,15 +48,15 @@ def held_out_workloads(count: int, seed: int):
 def main() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
     from shardopt.costmodel.analytic import AnalyticCostModel
-    from shardopt.costmodel.learned_model import LearnedCostModel
+    from shardopt.costmodel.learned import LearnedCostModel
     from shardopt.costmodel.registry import embedded_model_path
     from shardopt.costmodel.store import load_model
     from shardopt.planner import plan_workload
     from shardopt.search.greedy import GreedySearch
     from shardopt.profile.dataset import ProfileDataset
-    from shardopt.replay import ProfiledComm, replay_plan
-    from shardopt.search.random_plan import RandomSearch
-    from shardopt.torchrec.estimate import torchrec_breakdown
+    from shardopt.measure.replay import ProfiledComm, replay_plan
+    from shardopt.search.sampler import PlanSampler
+    from shardopt.torchrec.torchrec_costs import torchrec_breakdown
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default=str(embedded_model_path("cpu")))
@@ -87,7 +87,7 @@ def main() -> None:
     for w_index, workload in enumerate(held_out_workloads(args.workloads, args.seed)):
         candidates = [("greedy", plan_workload(workload, search=GreedySearch()))]
         candidates += [
-            (f"random{j}", plan_workload(workload, search=RandomSearch(seed=1000 * w_index + j)))
+            (f"random{j}", plan_workload(workload, search=PlanSampler(seed=1000 * w_index + j)))
             for j in range(args.plans)
         ]
         for label, plan in candidates:

@@ -27,12 +27,12 @@ def main() -> None:
     from vs_torchrec import torchrec_capped
 
     from shardopt.costmodel.registry import resolve_cost_model
-    from shardopt.plan_checks import check_plan
+    from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
     from shardopt.search.ilp import IlpSearch
-    from shardopt.search.objective import critical_path_ms
-    from shardopt.synth import SynthSpec, synth_workload
-    from shardopt.workload import read_workload, workload_yaml
+    from shardopt.contracts import Breakdown
+    from shardopt.traces.synth import SynthSpec, synth_workload
+    from shardopt.core.workload import read_workload, workload_yaml
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--torchrec-cap", type=float, default=60.0)
@@ -68,14 +68,14 @@ def main() -> None:
             theirs, theirs_s, reason = torchrec_capped(path, args.torchrec_cap)
             if theirs is not None:
                 per_rank = model.breakdown(workload, theirs.tables)
-                theirs_ms = f"{critical_path_ms(per_rank):.2f} ({max(r.total_ms for r in per_rank):.2f})"
+                theirs_ms = f"{Breakdown.of(per_rank).step_ms:.2f} ({Breakdown.of(per_rank).bottleneck_ms:.2f})"
             else:
                 theirs_ms = f"no plan ({reason})"
             theirs_time = f"{theirs_s:.1f}" if theirs is not None else f"> {args.torchrec_cap:g}" if "cap" in (reason or "") else f"{theirs_s:.1f}"
             info = ours.predicted.search
             lines.append(
                 f"| {tables} x {ranks} | {ours_s:.1f} | {info.algorithm}: {info.status} |"
-                f" {ours.predicted.critical_path_ms:.2f} ({ours.predicted.max_ms:.2f}) | {ours.predicted.gap:.1%}"
+                f" {Breakdown.of(ours.predicted.per_rank).step_ms:.2f} ({ours.predicted.max_ms:.2f}) | {ours.predicted.gap:.1%}"
                 f" | {theirs_time} | {theirs_ms}"
                 f" | {model.name} |"
             )

@@ -5,7 +5,7 @@
 Ideas for the planner are tried here, not on the bench's test tasks, so the report stays a
 held-out measure. Each variant plans with ``IlpSearch`` (TorchRec's cuts, 5 s) under a changed
 cost model; TorchRec's plan is the reference. All plans of a task are replayed side by side as
-the bench replays them (``shardopt.replay.replay_side_by_side``), and the mean replayed ratio to
+the bench replays them (``shardopt.measure.replay.replay_side_by_side``), and the mean replayed ratio to
 TorchRec printed, by step (critical path) and by bottleneck rank.
 
 Variants: ``analytic`` (shardopt's default), ``learned``, ``analytic@FILE`` and ``learned@FILE``
@@ -42,6 +42,8 @@ class ScaledCompute(AnalyticCostModel):
 class EnsembleCompute(CostModel):
     """Compute averaged over two models; communication and memory from the first."""
 
+    floor_below_cost = True
+
     def __init__(self, a: CostModel, b: CostModel) -> None:
         self.a, self.b = a, b
         self.name = f"ensemble({a.name}, {b.name})"
@@ -72,7 +74,7 @@ class EnsembleCompute(CostModel):
     def rank_overhead_ms(self, workload, kinds):
         return (self.a.rank_overhead_ms(workload, kinds) + self.b.rank_overhead_ms(workload, kinds)) / 2
 
-    def breakdown(self, workload, tables):
+    def placed_breakdown(self, workload, tables):
         out = []
         for x, y in zip(self.a.breakdown(workload, tables), self.b.breakdown(workload, tables)):
             mixed = self._mixed(x, y)
@@ -95,7 +97,7 @@ class VariantSearch:
 
         kind, _, path = self.variant.partition("@")
         if path and kind in ("analytic", "learned"):
-            from shardopt.costmodel.learned_model import LearnedCostModel
+            from shardopt.costmodel.learned import LearnedCostModel
             from shardopt.costmodel.store import load_model
 
             parts, _ = load_model(path)  # as benchmarks/accuracy.py --also reads a model file
@@ -106,7 +108,7 @@ class VariantSearch:
         elif self.variant == "ensemble":
             cost_model = EnsembleCompute(cost_model, resolve_cost_model("learned", workload)[0])
         elif self.variant in ("critical-path", "bottleneck"):
-            from shardopt.search.objective import OBJECTIVES
+            from shardopt.contracts import OBJECTIVES
 
             self.inner.objective = OBJECTIVES[self.variant]
         elif self.variant.startswith("scale:"):

@@ -22,8 +22,8 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
     from shardopt.planner import plan_workload
     from shardopt.profile.dataset import ProfileDataset
-    from shardopt.replay import ProfiledComm, replay_plan
-    from shardopt.workload import read_workload
+    from shardopt.measure.replay import ProfiledComm, replay_plan
+    from shardopt.core.workload import read_workload
 
     parser = argparse.ArgumentParser()
     parser.add_argument("workload", nargs="?", default=str(ROOT / "configs/dlrm-medium.yaml"))

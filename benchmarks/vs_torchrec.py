@@ -29,10 +29,10 @@ def _torchrec_worker(path: str, queue) -> None:
 
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
-    from shardopt.errors import ShardoptError
-    from shardopt.plan import plan_to_json
-    from shardopt.torchrec.convert import torchrec_plan
-    from shardopt.workload import read_workload
+    from shardopt.core.errors import ShardoptError
+    from shardopt.core.plan import plan_to_json
+    from shardopt.torchrec.to_model import torchrec_plan
+    from shardopt.core.workload import read_workload
 
     workload, sha = read_workload(path)
     started = time.perf_counter()
@@ -47,7 +47,7 @@ def torchrec_capped(path: Path, cap_s: float):
     """(plan or None, seconds, reason) with TorchRec's planner stopped after ``cap_s``."""
     import json
 
-    from shardopt.plan import plan_from_dict
+    from shardopt.core.plan import plan_from_dict
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -65,13 +65,13 @@ def torchrec_capped(path: Path, cap_s: float):
 def main() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
     from shardopt.costmodel.registry import resolve_cost_model
-    from shardopt.plan_checks import check_plan
+    from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
     from shardopt.profile.dataset import ProfileDataset
-    from shardopt.replay import ProfiledComm, replay_side_by_side
+    from shardopt.measure.replay import ProfiledComm, replay_side_by_side
     from shardopt.search.ilp import IlpSearch
-    from shardopt.search.objective import critical_path_ms
-    from shardopt.workload import read_workload
+    from shardopt.contracts import Breakdown
+    from shardopt.core.workload import read_workload
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
@@ -103,7 +103,7 @@ def main() -> None:
         theirs, theirs_s, reason = torchrec_capped(config, args.torchrec_cap)
         def scored(plan) -> tuple[float, float]:
             per_rank = model.breakdown(workload, plan.tables)
-            return critical_path_ms(per_rank), max(r.total_ms for r in per_rank)
+            return Breakdown.of(per_rank).step_ms, Breakdown.of(per_rank).bottleneck_ms
 
         ours_ms, ours_b = scored(ours)
         if theirs is None:
@@ -139,7 +139,7 @@ def main() -> None:
         "",
         "Replay: FBGEMM kernels on this machine; every rank of both plans built once and timed in"
         " turns (warm-up 2, median of 5 iterations per turn, each on a new batch), all turns in a"
-        " shuffled order each round (`shardopt.replay.replay_side_by_side`, as the bench does);"
+        " shuffled order each round (`shardopt.measure.replay.replay_side_by_side`, as the bench does);"
         " communication from the committed CPU all-to-all profile (gloo, 8 processes on this 2-core host: a latency floor"
         " of ~5 ms per collective and super-linear growth past 4 MB, which punishes a rank that"
         f" sends much more than the others). Machine: {cpu_fingerprint()}; the cost model was"

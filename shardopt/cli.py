@@ -197,7 +197,7 @@ def plan(workload: Path, output: Path | None, cost_model: str, search_name: str,
     model, warnings = resolve_cost_model(cost_model, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    from shardopt.search.objective import OBJECTIVES
+    from shardopt.contracts import OBJECTIVES
 
     goal = OBJECTIVES[objective]
     if search_name == "ilp":
@@ -502,7 +502,9 @@ def evaluate(workload: Path, plan_file: Path, cost_model: str, as_json: bool) ->
         click.echo(f"warning: {warning}", err=True)
     per_rank = model.breakdown(wl, plan_obj.tables)
     if as_json:
-        data = {"cost_model": model.name, "max_ms": max(r.total_ms for r in per_rank),
+        from shardopt.contracts import Breakdown
+
+        data = {"cost_model": model.name, "max_ms": Breakdown.of(per_rank).bottleneck_ms,
                 "per_rank": [dataclasses.asdict(r) for r in per_rank]}
         click.echo(json.dumps(data, indent=1))
         return
@@ -627,12 +629,12 @@ def compare(workload: Path, cost_model: str, time_limit: float, do_replay: bool,
     ours = plan_workload(wl, sha256=sha, cost_model=model,
                          search=IlpSearch(time_limit_s=time_limit, candidates="torchrec"))
     ours_s = time.perf_counter() - started
-    from shardopt.search.objective import critical_path_ms
+    from shardopt.contracts import Breakdown
 
     pred = {}
     for name, p in (("shardopt", ours), ("torchrec", theirs)):
         per_rank = model.breakdown(wl, p.tables)
-        pred[name] = (critical_path_ms(per_rank), max(r.total_ms for r in per_rank))
+        pred[name] = (Breakdown.of(per_rank).step_ms, Breakdown.of(per_rank).bottleneck_ms)
     lines = [f"{wl.name}: {len(wl.tables)} tables on {wl.topology.world_size} ranks; cost model {model.name}",
              "ms per step (critical path: each phase's slowest rank, summed) and of the bottleneck rank",
              f"{'planner':<10} {'plan s':>7} {'predicted step':>15} {'bottleneck':>11}"

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from shardopt.access import row_buckets
-from shardopt.synth import trace_histograms
-from shardopt.workload import HistogramAccess, Table, UniformAccess, ZipfAccess
+from shardopt.arithmetic.access import row_buckets
+from shardopt.traces.synth import trace_histograms
+from shardopt.core.workload import HistogramAccess, Table, UniformAccess, ZipfAccess
 
 
 def _table(access, rows=50_000):

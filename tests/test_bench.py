@@ -4,13 +4,14 @@ import json
 
 import pytest
 
+from shardopt.contracts import Breakdown
 from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
 from shardopt.bench.gate import baseline_data, check
 from shardopt.bench.suite import run_suite
 from shardopt.bench.tasks import sampled_tasks, suite_tasks, table_pool
 from shardopt.costmodel.analytic import AnalyticCostModel
-from shardopt.memory import plan_memory
-from shardopt.plan_checks import check_plan
+from shardopt.arithmetic.memory import plan_memory
+from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
 
 from conftest import run_cli
@@ -107,7 +108,7 @@ def test_bench_cli_gate_and_report(runner, tmp_path, unit_run):
 
 
 def test_report_draws_any_plan(runner, tmp_path, unit_run):
-    from shardopt.plan import write_plan
+    from shardopt.core.plan import write_plan
 
     tasks, _, plans = unit_run
     plan = plans[tasks[0].name, "shardopt"]
@@ -129,14 +130,14 @@ def test_replayed_rounds_keep_every_round_and_take_per_rank_medians_first():
     for e in entries:
         assert len(e.replayed_runs) == 2
         per_rank = plans[task.name, e.planner, "replayed"]
-        assert e.replayed_ms == max(r.total_ms for r in per_rank)
+        assert e.replayed_ms == Breakdown.of(per_rank).bottleneck_ms
         # The max of per-rank medians (means, with two rounds) is never above the mean of the
         # per-round maxima: noise on several ranks does not inflate it.
         assert e.replayed_ms <= sum(e.replayed_runs) / 2 + 1e-9
 
 
 def test_replay_windows_hold_every_rank_once_within_the_memory_budget():
-    from shardopt.replay import rank_windows
+    from shardopt.measure.replay import rank_windows
 
     assert rank_windows([5, 5, 5, 5], 100) == [[0, 1, 2, 3]]  # the bench's tasks: one window
     assert rank_windows([5, 5, 5, 5], 10) == [[0, 1], [2, 3]]

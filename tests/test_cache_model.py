@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardopt.access import row_buckets
-from shardopt.costmodel.cache import CacheRows, characteristic_time
-from shardopt.workload import Table, ZipfAccess
+from shardopt.arithmetic.access import row_buckets
+from shardopt.costmodel.cpu_cache import CacheRows, characteristic_time
+from shardopt.core.workload import Table, ZipfAccess
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

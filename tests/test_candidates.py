@@ -3,10 +3,10 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardopt.access import row_buckets
-from shardopt.memory import shard_bytes
+from shardopt.arithmetic.access import row_buckets
+from shardopt.core.layout import shard_bytes
 from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_candidates
-from shardopt.workload import workload_from_dict
+from shardopt.core.workload import workload_from_dict
 
 
 def _workload(tables, device="cuda", world=8, cap="1GB", batch=256, ddr=None):
@@ -89,8 +89,8 @@ def _tiered_workload(ddr_cap):
 
 
 def test_memory_bound_gpu_plan_uses_hot_cold_tiers_within_host_memory():
-    from shardopt.memory import plan_memory
-    from shardopt.plan_checks import check_plan
+    from shardopt.arithmetic.memory import plan_memory
+    from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
     from shardopt.search.ilp import IlpSearch
 
@@ -107,7 +107,7 @@ def test_memory_bound_gpu_plan_uses_hot_cold_tiers_within_host_memory():
 def test_host_memory_limit_makes_tiers_infeasible_with_a_clear_error():
     import pytest
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.planner import plan_workload
 
     with pytest.raises(ShardoptError, match="fits in memory"):

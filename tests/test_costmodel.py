@@ -4,10 +4,11 @@ import dataclasses
 
 import pytest
 
+from shardopt.contracts import ShardSpec
 from shardopt.costmodel.analytic import AnalyticCostModel
-from shardopt.hardware import hardware_for, hardware_profiles
-from shardopt.plan import Shard, TablePlan
-from shardopt.workload import workload_from_dict
+from shardopt.core.hardware import hardware_for, hardware_profiles
+from shardopt.core.plan import Shard, TablePlan
+from shardopt.core.workload import workload_from_dict
 
 
 def _workload(world=4, local=None, pooling=10.0, access=None, rows=100_000, **topology):
@@ -23,7 +24,7 @@ def _workload(world=4, local=None, pooling=10.0, access=None, rows=100_000, **to
 
 
 def _cost(workload, kind="table_wise", rows=100_000, cols=64):
-    return AnalyticCostModel().shard_cost(workload, workload.tables[0], kind, rows, cols)
+    return AnalyticCostModel().shard_cost(workload, ShardSpec(workload.tables[0], kind, rows, cols))
 
 
 def test_more_pooling_costs_more_compute():
@@ -105,7 +106,7 @@ def test_shards_sharing_a_rank_share_its_cache():
     half_bytes = 60_000 * (128 + 64)  # rows and optimizer state of a 32-column half
     assert half_bytes < hw.llc_bytes < 2 * half_bytes
     per_rank = model.breakdown(w, _two_halves_on_rank0(60_000))
-    floor = model.shard_floor(w, w.tables[0], "column_wise", 60_000, 32)
+    floor = model.shard_floor(w, ShardSpec(w.tables[0], "column_wise", 60_000, 32))
     compute = per_rank[0].fwd_compute_ms + per_rank[0].bwd_compute_ms
     overhead = model.compute_overhead_ms(w, {"column_wise"})
     assert compute > 1.05 * (2 * (floor.fwd_compute_ms + floor.bwd_compute_ms) + overhead)
@@ -120,7 +121,7 @@ def test_every_profile_states_its_origin():
 def test_cpu_model_warns_when_this_machine_is_another_cpu(monkeypatch):
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.profile import dataset
-    from shardopt.workload import read_workload
+    from shardopt.core.workload import read_workload
 
     from conftest import CONFIGS
 

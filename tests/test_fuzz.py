@@ -101,7 +101,7 @@ API_CASES = [
 @pytest.mark.parametrize("name, options, expect", API_CASES, ids=[c[0] for c in API_CASES])
 def test_planner_api_refuses_bad_options(name, options, expect):
     pytest.importorskip("torchrec")
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.torchrec import ShardoptPlanner
 
     with pytest.raises(ValueError) as info:
@@ -119,7 +119,7 @@ def test_planner_api_refuses_constraints_on_unknown_tables(constraints, expect):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.types import ParameterConstraints, Topology
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.torchrec import ShardoptPlanner
 
     given = {k: ParameterConstraints(sharding_types=["table_wise"]) for k in constraints}
@@ -136,7 +136,7 @@ def test_planner_api_names_the_torchrec_table_not_a_file():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.torchrec import ShardoptPlanner
 
     model = EmbeddingBagCollection(device=torch.device("meta"), tables=[
@@ -170,7 +170,7 @@ def test_planner_api_ignores_constraints_on_tables_no_sharder_shards():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
     from shardopt.torchrec import workload_from_module
 
     class Mine(EmbeddingBagCollection):

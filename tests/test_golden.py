@@ -15,12 +15,12 @@ import pytest
 from shardopt.bench.suite import PLANNERS, run_suite
 from shardopt.bench.tasks import suite_tasks
 from shardopt.costmodel.registry import resolve_cost_model
-from shardopt.plan import plan_to_json
+from shardopt.core.plan import plan_to_json
 from shardopt.planner import plan_workload
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
-from shardopt.search.objective import OBJECTIVES
-from shardopt.workload import read_workload
+from shardopt.contracts import OBJECTIVES
+from shardopt.core.workload import read_workload
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -58,8 +58,13 @@ def test_config_plans_are_unchanged(config):
         _check(f"config-{config}-ilp-learned", plan_to_json(plan))
 
 
+# TorchRec's own planner is left out: its plans vary with the process's hash seed (same input,
+# another process: column_wise where it chose table_column_wise), so they pin nothing of ours.
+OURS = tuple(p for p in PLANNERS if p != "torchrec")
+
+
 def test_ci_suite_plans_are_unchanged():
-    _, plans = run_suite(suite_tasks("ci"), PLANNERS, time_limit_s=5.0)
+    _, plans = run_suite(suite_tasks("ci"), OURS, time_limit_s=5.0)
     expected = {p.stem for p in GOLDEN.glob("ci-*.json")}
     got = {f"ci-{task}-{planner}" for task, planner in plans}
     assert got == expected

@@ -4,14 +4,15 @@ import json
 
 import pytest
 
-from shardopt.access import row_buckets
+from shardopt.arithmetic.access import row_buckets
 from shardopt.costmodel.analytic import AnalyticCostModel
-from shardopt.hotrows import expand, hot_row_counts, split_table
-from shardopt.memory import plan_memory, shard_bytes
-from shardopt.plan import plan_from_dict, plan_to_json
-from shardopt.plan_checks import check_plan
+from shardopt.arithmetic.hotrows import expand, hot_row_counts, split_table
+from shardopt.arithmetic.memory import plan_memory
+from shardopt.core.layout import shard_bytes
+from shardopt.core.plan import plan_from_dict, plan_to_json
+from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
-from shardopt.workload import workload_from_dict
+from shardopt.core.workload import workload_from_dict
 
 
 def _skewed(device="cuda", world=8, batch=4096):
@@ -84,8 +85,8 @@ def test_expand_turns_a_hot_row_table_into_a_replicated_head_and_a_row_wise_tail
 
 
 def test_replay_measures_a_hot_row_plan():
-    from shardopt.plan import Plan, Shard, TablePlan
-    from shardopt.replay import replay_plan
+    from shardopt.core.plan import Plan, Shard, TablePlan
+    from shardopt.measure.replay import replay_plan
     from shardopt.search.candidates import table_candidates
 
     workload = workload_from_dict({
@@ -114,7 +115,7 @@ def test_torchrec_candidates_leave_hot_rows_out_and_conversion_refuses_them():
     from shardopt.search.ilp import IlpSearch
     from shardopt.torchrec.sharding_plan import to_sharding_plan
 
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
 
     workload = _skewed()
     plan = plan_workload(workload, cost_model=AnalyticCostModel(),
@@ -130,7 +131,7 @@ def test_cli_candidates_option(runner, tmp_path):
     import yaml
 
     from conftest import run_cli
-    from shardopt.plan import read_plan
+    from shardopt.core.plan import read_plan
 
     path = tmp_path / "hot.yaml"
     tables = [{"name": "big", "num_embeddings": 2_000_000, "embedding_dim": 128, "pooling_factor": 1000,

@@ -5,15 +5,16 @@ import time
 
 import pytest
 
+from shardopt.contracts import Breakdown
 from shardopt.costmodel.analytic import AnalyticCostModel
-from shardopt.plan_checks import check_plan
+from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
 from shardopt.search.candidates import table_candidates
-from shardopt.search.greedy import piece_costs
+from shardopt.search.candidates import piece_costs
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
-from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, rank_phases
-from shardopt.workload import read_workload, workload_from_dict
+from shardopt.contracts import BOTTLENECK, CRITICAL_PATH, rank_phases
+from shardopt.core.workload import read_workload, workload_from_dict
 
 from conftest import CONFIGS
 
@@ -72,7 +73,7 @@ def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed, objective):
 
 
 def test_memory_binds_in_the_optimum():
-    from shardopt.memory import shard_bytes
+    from shardopt.core.layout import shard_bytes
 
     model = AnalyticCostModel()
     roomy = _tiny(17)
@@ -98,8 +99,8 @@ def test_same_input_same_plan_and_time_limit_respected():
     greedy = plan_workload(workload, search=GreedySearch(repair_s=0))
     # The default objective is the critical path, which is never below the bottleneck.
     assert plans[0].predicted.search.objective == "critical-path"
-    assert plans[0].predicted.critical_path_ms <= greedy.predicted.critical_path_ms + 1e-9
-    assert plans[0].predicted.max_ms <= plans[0].predicted.critical_path_ms + 1e-9
+    assert Breakdown.of(plans[0].predicted.per_rank).step_ms <= Breakdown.of(greedy.predicted.per_rank).step_ms + 1e-9
+    assert plans[0].predicted.max_ms <= Breakdown.of(plans[0].predicted.per_rank).step_ms + 1e-9
     assert plans[0].predicted.lower_bound_ms <= plans[0].predicted.max_ms
 
 

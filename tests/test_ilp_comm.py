@@ -3,6 +3,7 @@
 import pytest
 from ortools.sat.python import cp_model
 
+from shardopt.contracts import Breakdown
 from shardopt.bench.tasks import suite_tasks
 from shardopt.costmodel.registry import resolve_cost_model
 from shardopt.search.ilp import IlpSearch
@@ -46,7 +47,7 @@ def test_the_solver_objective_is_the_models_cost():
     model, _ = resolve_cost_model("analytic", task.workload)
     search = IlpSearch(time_limit_s=3, candidates="torchrec", good_enough_gap=0.0)
     result = search._solve(task.workload, model)
-    scored = max(r.total_ms for r in model.breakdown(task.workload, result.tables))
+    scored = Breakdown.of(model.breakdown(task.workload, result.tables)).bottleneck_ms
     assert search.last_report.objective_ms == pytest.approx(scored, rel=0.05)
 
 
@@ -56,9 +57,10 @@ def test_the_greedy_hint_is_completed_to_a_whole_solution():
     from dataclasses import replace
 
     from shardopt.search.candidates import table_candidates
-    from shardopt.search.greedy import GreedySearch, piece_costs
+    from shardopt.search.greedy import GreedySearch
+    from shardopt.search.candidates import piece_costs
     from shardopt.search.ilp import _Model
-    from shardopt.search.objective import CRITICAL_PATH
+    from shardopt.contracts import CRITICAL_PATH
 
     workload = suite_tasks("unit")[0].workload
     model, _ = resolve_cost_model("analytic", workload)

@@ -12,7 +12,7 @@ from shardopt.costmodel.calibrate import calibrate
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
 from shardopt.costmodel.registry import embedded_model_path
 from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS
-from shardopt.hardware import hardware_profiles
+from shardopt.core.hardware import hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
 
 PROFILE = Path(__file__).parent.parent / "shardopt" / "data" / "profiles" / "cpu-full"
@@ -129,9 +129,9 @@ def test_learned_without_a_model_for_the_hardware_is_an_error(runner, tmp_path):
 
 
 def test_torchrec_estimator_bridge_gives_positive_costs():
-    from shardopt.plan import read_plan
-    from shardopt.torchrec.estimate import torchrec_breakdown
-    from shardopt.workload import read_workload
+    from shardopt.core.plan import read_plan
+    from shardopt.torchrec.torchrec_costs import torchrec_breakdown
+    from shardopt.core.workload import read_workload
 
     workload, _ = read_workload(DATA / "good.yaml")
     per_rank = torchrec_breakdown(workload, read_plan(DATA / "good_plan.json").tables)

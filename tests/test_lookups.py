@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from shardopt.access import row_buckets
-from shardopt.lookups import Bags, sample_bags, sample_ids
-from shardopt.workload import Table, UniformAccess, ZipfAccess
+from shardopt.arithmetic.access import row_buckets
+from shardopt.profile.bags import Bags, sample_bags, sample_ids
+from shardopt.core.workload import Table, UniformAccess, ZipfAccess
 
 
 def _table(access=UniformAccess(), rows=10_000, pooling=8.0):

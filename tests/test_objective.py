@@ -9,9 +9,9 @@ from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import ShardCost
 from shardopt.planner import plan_workload
 from shardopt.search.ilp import IlpSearch
-from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, critical_path_ms, rank_phases
+from shardopt.contracts import BOTTLENECK, CRITICAL_PATH, Breakdown, rank_phases
 from shardopt.search.repair import repair_bottleneck
-from shardopt.workload import workload_from_dict
+from shardopt.core.workload import workload_from_dict
 
 # (compute ms, comm ms) per table: every pair costs 8 ms on a rank, but only {a, b} | {c, d}
 # splits compute 4 | 4 and traffic 4 | 4; {a, c} | {b, d} splits them 5 | 3 and 3 | 5.
@@ -22,8 +22,8 @@ class FixedCosts(AnalyticCostModel):
     """Table-wise shards with the costs above, halved between forward and backward, and no
     per-rank overheads: additive by design."""
 
-    def _shard_cost(self, workload, hw, table, *args) -> ShardCost:
-        compute, comm = COSTS[table.name]
+    def _shard_cost(self, workload, hw, spec, *args) -> ShardCost:
+        compute, comm = COSTS[spec.table.name]
         return ShardCost(compute / 2, compute / 2, comm / 2, comm / 2, hbm_bytes=1000)
 
     def overheads(self, workload, sharding_types):
@@ -54,7 +54,7 @@ def test_the_ilp_pairs_lookup_heavy_with_traffic_heavy_tables():
     plan = plan_workload(WORKLOAD, cost_model=model,
                          search=IlpSearch(time_limit_s=5, good_enough_gap=0.0, objective=CRITICAL_PATH))
     assert _pairs(plan.tables) == [frozenset("ab"), frozenset("cd")]
-    assert plan.predicted.critical_path_ms == pytest.approx(8.0)
+    assert Breakdown.of(plan.predicted.per_rank).step_ms == pytest.approx(8.0)
     assert plan.predicted.max_ms == pytest.approx(8.0)
     assert plan.predicted.search.objective == "critical-path"
 
@@ -66,14 +66,14 @@ def test_repair_turns_a_balanced_bottleneck_into_a_balanced_step():
     # a and c together: every rank's total is 8 ms, but the step waits 2.5 ms in every phase.
     lopsided = _moved(plan.tables, {"a": 0, "c": 0, "b": 1, "d": 1})
     per_rank = model.breakdown(WORKLOAD, lopsided)
-    assert max(r.total_ms for r in per_rank) == pytest.approx(8.0)
-    assert critical_path_ms(per_rank) == pytest.approx(10.0)
+    assert Breakdown.of(per_rank).bottleneck_ms == pytest.approx(8.0)
+    assert Breakdown.of(per_rank).step_ms == pytest.approx(10.0)
     untouched = repair_bottleneck(WORKLOAD, model, lopsided, time_budget_s=1, objective=BOTTLENECK)
     assert untouched.moves == 0  # nothing to gain for the bottleneck
     fixed = repair_bottleneck(WORKLOAD, model, lopsided, time_budget_s=1, objective=CRITICAL_PATH)
     assert _pairs(fixed.tables) == [frozenset("ab"), frozenset("cd")]
     assert (fixed.before_score, fixed.after_score) == (pytest.approx(10.0), pytest.approx(8.0))
-    assert critical_path_ms(model.breakdown(WORKLOAD, fixed.tables)) == pytest.approx(8.0)
+    assert Breakdown.of(model.breakdown(WORKLOAD, fixed.tables)).step_ms == pytest.approx(8.0)
 
 
 def test_scores_and_the_ranks_to_move_off():

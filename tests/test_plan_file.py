@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from conftest import DATA, run_cli
-from shardopt.fileio import write_atomic
-from shardopt.plan import plan_from_dict, plan_to_json, read_plan
-from shardopt.plan_checks import check_plan
-from shardopt.workload import read_workload
+from shardopt.core.files import write_atomic
+from shardopt.core.plan import plan_from_dict, plan_to_json, read_plan
+from shardopt.arithmetic.checks import check_plan
+from shardopt.core.workload import read_workload
 
 BAD = DATA / "bad_plans"
 EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text())
@@ -222,7 +222,7 @@ def test_written_plan_has_the_umask_permissions(tmp_path):
 
 
 def test_read_plan_of_directory_is_an_input_error(tmp_path):
-    from shardopt.errors import ShardoptError
+    from shardopt.core.errors import ShardoptError
 
     with pytest.raises(ShardoptError, match="is a folder, not a plan file"):
         read_plan(tmp_path)

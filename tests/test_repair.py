@@ -5,15 +5,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from shardopt.contracts import Breakdown
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.registry import resolve_cost_model
-from shardopt.plan_checks import check_plan
+from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp import IlpSearch
-from shardopt.search.random_plan import RandomSearch
+from shardopt.search.sampler import PlanSampler
 from shardopt.search.repair import repair_bottleneck
-from shardopt.workload import read_workload
+from shardopt.core.workload import read_workload
 
 from conftest import CONFIGS
 
@@ -42,9 +43,9 @@ def lopsided(medium):
 def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium, lopsided):
     workload, model = medium
     plan, lopsided = lopsided
-    before = max(r.total_ms for r in model.breakdown(workload, lopsided))
+    before = Breakdown.of(model.breakdown(workload, lopsided)).bottleneck_ms
     fixed = repair_bottleneck(workload, model, lopsided, time_budget_s=5)
-    after = max(r.total_ms for r in model.breakdown(workload, fixed.tables))
+    after = Breakdown.of(model.breakdown(workload, fixed.tables)).bottleneck_ms
     assert fixed.moves > 0
     assert after == pytest.approx(fixed.after_ms)
     assert after < 0.8 * before
@@ -57,7 +58,7 @@ def test_repair_lowers_a_lopsided_plan_and_keeps_it_valid(medium, lopsided):
 def test_repair_cut_by_its_deadline_says_so(medium, lopsided):
     import time
 
-    from shardopt.search.greedy import SearchResult
+    from shardopt.contracts import SearchResult
     from shardopt.search.repair import repaired
 
     workload, model = medium
@@ -90,8 +91,8 @@ def test_lower_bound_holds_for_random_plans_under_the_measured_comm_curves(mediu
     bound = plan.predicted.lower_bound_ms
     assert bound <= plan.predicted.max_ms
     for seed in range(12):
-        tables = RandomSearch(seed=seed).search(workload, model).tables
-        assert bound <= max(r.total_ms for r in model.breakdown(workload, tables)) + 1e-9
+        tables = PlanSampler(seed=seed).search(workload, model).tables
+        assert bound <= Breakdown.of(model.breakdown(workload, tables)).bottleneck_ms + 1e-9
 
 
 def test_comm_curves_are_monotone_and_their_minorant_is_convex_and_below():
@@ -114,7 +115,7 @@ def test_comm_curves_are_monotone_and_their_minorant_is_convex_and_below():
 
 def test_lower_bound_holds_with_replicas_and_hot_rows_among_the_candidates():
     from shardopt.search.candidates import table_candidates
-    from shardopt.workload import workload_from_dict
+    from shardopt.core.workload import workload_from_dict
 
     tables = [{"name": "big", "num_embeddings": 1_000_000, "embedding_dim": 64, "pooling_factor": 100,
                "access": {"distribution": "zipf", "alpha": 1.2}}]
@@ -133,5 +134,5 @@ def test_lower_bound_holds_with_replicas_and_hot_rows_among_the_candidates():
     bound = plan.predicted.lower_bound_ms
     assert check_plan(workload, plan).valid
     for seed in range(20):
-        tables = RandomSearch(seed=seed).search(workload, model).tables
-        assert bound <= max(r.total_ms for r in model.breakdown(workload, tables)) + 1e-9
+        tables = PlanSampler(seed=seed).search(workload, model).tables
+        assert bound <= Breakdown.of(model.breakdown(workload, tables)).bottleneck_ms + 1e-9

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from conftest import DATA, run_cli
-from shardopt.lookups import sample_bags
-from shardopt.plan import Shard, read_plan
+from shardopt.profile.bags import sample_bags
+from shardopt.core.plan import Shard, read_plan
 from shardopt.costmodel.analytic import rank_comm_bytes
-from shardopt.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags
-from shardopt.workload import read_workload
+from shardopt.measure.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags
+from shardopt.core.workload import read_workload
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def test_a_kernel_is_fed_a_new_batch_each_iteration(good):
     import torch
 
     from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel
-    from shardopt.replay import PlanReplay
+    from shardopt.measure.replay import PlanReplay
 
     workload, plan = good
     replay = PlanReplay(workload, plan, backend="fbgemm")

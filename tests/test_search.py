@@ -4,12 +4,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardopt.errors import ErrorKind, ShardoptError
-from shardopt.memory import shard_bytes
-from shardopt.plan_checks import check_plan
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.layout import shard_bytes
+from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
 from shardopt.search.candidates import table_candidates
-from shardopt.workload import SHARDING_TYPES, workload_from_dict
+from shardopt.core.workload import SHARDING_TYPES, workload_from_dict
 
 
 @st.composite

@@ -123,7 +123,7 @@ def test_sigkill_in_the_write_window_then_rerun_leaves_no_temp(tmp_path):
 
 
 def test_a_live_writers_temp_file_is_left_alone(tmp_path):
-    from shardopt.fileio import _temp_prefix, clean_stale_temps
+    from shardopt.core.files import _temp_prefix, clean_stale_temps
 
     out = tmp_path / "p.json"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from conftest import run_cli
-from shardopt.stats import count_bins, trace_stats
+from shardopt.traces.stats import count_bins, trace_stats
 
 
 def _write_trace(path, tables, gz=True):

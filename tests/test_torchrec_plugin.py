@@ -18,9 +18,10 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConf
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
 
 from conftest import CONFIGS, run_cli  # noqa: E402
-from shardopt.errors import ShardoptError  # noqa: E402
-from shardopt.plan import plan_from_dict, plan_to_json  # noqa: E402
-from shardopt.plan_checks import check_plan  # noqa: E402
+from shardopt.contracts import ShardSpec
+from shardopt.core.errors import ShardoptError  # noqa: E402
+from shardopt.core.plan import plan_from_dict, plan_to_json  # noqa: E402
+from shardopt.arithmetic.checks import check_plan  # noqa: E402
 from shardopt.planner import plan_workload  # noqa: E402
 from shardopt.search.ilp import IlpSearch  # noqa: E402
 from shardopt.torchrec import (  # noqa: E402
@@ -28,7 +29,7 @@ from shardopt.torchrec import (  # noqa: E402
     workload_from_module,
 )
 from shardopt.torchrec.dmp_check import run_check  # noqa: E402
-from shardopt.workload import read_workload, workload_from_dict  # noqa: E402
+from shardopt.core.workload import read_workload, workload_from_dict  # noqa: E402
 
 SHARDERS = [EmbeddingBagCollectionSharder()]
 
@@ -177,7 +178,7 @@ def test_estimator_gives_torchrecs_planner_shardopts_costs():
     option = next(o for o in options if o.name == "b" and o.sharding_type == "table_wise")
     workload = estimator._workload(options)
     model, _ = resolve_cost_model("analytic", workload)
-    cost = model.shard_cost(workload, workload.table("b"), "table_wise", 1000, 64, option.compute_kernel)
+    cost = model.shard_cost(workload, ShardSpec(workload.table("b"), "table_wise", 1000, 64, option.compute_kernel))
     assert option.shards[0].perf.total == pytest.approx(cost.total_ms)
 
 

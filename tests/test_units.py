@@ -1,6 +1,6 @@
 import pytest
 
-from shardopt.units import format_bytes, parse_size
+from shardopt.core.units import format_bytes, parse_size
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from conftest import CONFIGS, DATA, run_cli
-from shardopt.errors import ShardoptError
-from shardopt.workload import read_workload, workload_from_dict, workload_to_dict
+from shardopt.core.errors import ShardoptError
+from shardopt.core.workload import read_workload, workload_from_dict, workload_to_dict
 
 BAD = DATA / "bad_workloads"
 EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text())
@@ -32,7 +32,7 @@ def test_configs_load_and_round_trip(path):
 
 
 def test_default_config_fits_in_4gb():
-    from shardopt.memory import shard_bytes
+    from shardopt.core.layout import shard_bytes
 
     workload, _ = read_workload(CONFIGS / "dlrm-medium.yaml")
     total = sum(

@@ -6,12 +6,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from shardopt.contracts import ShardSpec
+from shardopt.core.layout import shard_bytes, weight_bytes
+
 if TYPE_CHECKING:
     from shardopt.core.plan import TablePlan
-    from shardopt.core.workload import Table, Workload
+    from shardopt.core.workload import Workload
 
-DATA_TYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
-INT8_ROW_OVERHEAD = 8  # FBGEMM stores a per-row fp32 scale and bias beside int8 rows
 UVM_CACHE_LOAD_FACTOR = 0.2  # share of rows a fused_uvm_caching shard caches in HBM (TorchRec's default)
 COMPUTE_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching", "dense")
 
@@ -24,35 +25,10 @@ class ShardMemory:
     ddr_bytes: int
 
 
-def optimizer_state_bytes(optimizer: str, rows: int, cols: int) -> int:
-    """Optimizer state FBGEMM keeps beside a shard's weights (fp32)."""
-    per_row = {"sgd": 0, "rowwise_adagrad": 4, "adagrad": cols * 4, "adam": cols * 8}
-    if optimizer not in per_row:
-        raise ValueError(f"unknown optimizer {optimizer!r}")
-    return rows * per_row[optimizer]
-
-
-def weight_bytes(table: Table, rows: int, cols: int) -> int:
-    weights = rows * cols * DATA_TYPE_BYTES[table.data_type]
-    if table.data_type == "int8":
-        weights += rows * INT8_ROW_OVERHEAD
-    return weights
-
-
-def shard_bytes(optimizer: str, table: Table, rows: int, cols: int) -> int:
-    """Weights plus optimizer state of a ``rows`` x ``cols`` shard."""
-    return weight_bytes(table, rows, cols) + optimizer_state_bytes(optimizer, rows, cols)
-
-
-def shard_memory(
-    optimizer: str,
-    table: Table,
-    rows: int,
-    cols: int,
-    compute_kernel: str = "fused",
-    cache_load_factor: float | None = None,
-) -> ShardMemory:
+def shard_memory(optimizer: str, spec: ShardSpec) -> ShardMemory:
     """Where a shard's bytes live for a TorchRec compute kernel (and its HBM cache share)."""
+    table, rows, cols = spec.table, spec.rows, spec.cols
+    compute_kernel, cache_load_factor = spec.compute_kernel, spec.cache_load_factor
     total = shard_bytes(optimizer, table, rows, cols)
     if compute_kernel in ("fused", "dense"):
         return ShardMemory(total, 0)
@@ -80,10 +56,8 @@ def plan_memory(
         if table is None:
             continue
         for s in tp.shards:
-            mem = shard_memory(
-                workload.optimizer, table, s.sizes[0], s.sizes[1], tp.compute_kernel,
-                tp.cache_load_factor,
-            )
+            mem = shard_memory(workload.optimizer, ShardSpec(
+                table, tp.sharding_type, s.sizes[0], s.sizes[1], tp.compute_kernel, tp.cache_load_factor))
             hbm[s.rank] += mem.hbm_bytes
             ddr[workload.topology.host_of(s.rank)] += mem.ddr_bytes
     return hbm, ddr

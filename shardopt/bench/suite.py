@@ -70,7 +70,7 @@ def run_suite(
     from shardopt.arithmetic.memory import plan_memory
     from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
-    from shardopt.search.objective import critical_path_ms
+    from shardopt.contracts import Breakdown
 
     entries: list[Entry] = []
     plans: dict = {}
@@ -102,8 +102,8 @@ def run_suite(
             hbm, _ = plan_memory(workload, plan.tables)
             entries.append(Entry(
                 task.name, planner, check_plan(workload, plan).valid, seconds,
-                predicted_ms=max(r.total_ms for r in per_rank),
-                predicted_step_ms=critical_path_ms(per_rank),
+                predicted_ms=Breakdown.of(per_rank).bottleneck_ms,
+                predicted_step_ms=Breakdown.of(per_rank).step_ms,
                 headroom=1 - max(hbm.values(), default=0) / workload.topology.hbm_cap,
             ))
             plans[task.name, planner] = plan

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardopt.arithmetic.memory import shard_bytes
+from shardopt.core.layout import shard_bytes
 from shardopt.traces.synth import SynthSpec, synth_workload
 from shardopt.core.workload import Workload, workload_from_dict
 

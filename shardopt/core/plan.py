@@ -106,13 +106,6 @@ class Predicted:
         return max(self.per_rank, key=lambda r: (r.total_ms, -r.rank))
 
     @property
-    def critical_path_ms(self) -> float:
-        """A synchronous step: the sum over phases of the slowest rank in each (objective.py)."""
-        from shardopt.search.objective import critical_path_ms
-
-        return critical_path_ms(self.per_rank)
-
-    @property
     def gap(self) -> float:
         """Relative distance of the plan's bottleneck above the lower bound."""
         if self.lower_bound_ms <= 0:

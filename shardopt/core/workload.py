@@ -17,7 +17,7 @@ from pydantic.dataclasses import dataclass
 
 from shardopt.core.errors import FieldError
 from shardopt.core.hardware import hardware_profiles
-from shardopt.arithmetic.memory import DATA_TYPE_BYTES, shard_bytes
+from shardopt.core.layout import DATA_TYPE_BYTES, shard_bytes
 from shardopt.core.validation import STRICT, validate_as
 from shardopt.core.units import format_bytes, parse_size
 

@@ -16,15 +16,14 @@ import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.costmodel.terms import (
-    INDEX_BYTES, OUTPUT_BYTES, hardware_coefficients, kernel_cache, shard_terms,
-)
+from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.memory import shard_memory
+from shardopt.arithmetic.traffic import CommBytes, comm_bytes, rank_comm_from_all_to_all, shard_lookups, shard_samples
+from shardopt.contracts import ShardSpec
 from shardopt.core.plan import RankBreakdown, TablePlan
-from shardopt.core.workload import Table, Workload
+from shardopt.core.workload import Workload
 
-ROW_SPLIT = ("row_wise", "table_row_wise")
 GB = 1e9
 
 
@@ -79,40 +78,22 @@ class AnalyticCostModel(CostModel):
         return self._coef_cache[1]
 
     # -- one shard -------------------------------------------------------------------------------
-    def shard_cost(
-        self,
-        workload: Workload,
-        table: Table,
-        sharding_type: str,
-        rows: int,
-        cols: int,
-        compute_kernel: str = "fused",
-        cache_load_factor: float | None = None,
-    ) -> ShardCost:
+    floor_below_cost = True  # a rank's shards share its caches
+
+    def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard's cost on a rank of average contents: it shares the cache with a balanced
         rank's share of the workload (what keeps shard costs additive for a search)."""
         hw = self.hardware(workload)
-        return self._shard_cost(workload, hw, table, sharding_type, rows, cols, compute_kernel,
-                                cache_load_factor, self._average_rank_cache(workload, hw))
+        return self._shard_cost(workload, hw, spec, self._average_rank_cache(workload, hw))
 
-    def shard_floor(
-        self,
-        workload: Workload,
-        table: Table,
-        sharding_type: str,
-        rows: int,
-        cols: int,
-        compute_kernel: str = "fused",
-        cache_load_factor: float | None = None,
-    ) -> ShardCost:
+    def shard_floor(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard with the rank's caches to itself: sharing them only turns hits into misses,
         which cost more (the fitted constants keep hit <= last level <= memory)."""
-        return self._shard_cost(workload, self.hardware(workload), table, sharding_type, rows, cols,
-                                compute_kernel, cache_load_factor, (None, None))
+        return self._shard_cost(workload, self.hardware(workload), spec, (None, None))
 
-    def _shard_cost(
-        self, workload, hw, table, sharding_type, rows, cols, compute_kernel, cache_load_factor, cache
-    ) -> ShardCost:
+    def _shard_cost(self, workload, hw, spec: ShardSpec, cache) -> ShardCost:
+        table, sharding_type, rows, cols = spec.table, spec.sharding_type, spec.rows, spec.cols
+        compute_kernel, cache_load_factor = spec.compute_kernel, spec.cache_load_factor
         lookups = shard_lookups(workload, table, sharding_type, rows)
         fwd_terms, bwd_terms = shard_terms(
             hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
@@ -123,7 +104,7 @@ class AnalyticCostModel(CostModel):
         fwd_comm_s, bwd_comm_s = self._comm_seconds(
             workload, hw, sharding_type, rows, cols, lookups, len(table.features)
         )
-        memory = shard_memory(workload.optimizer, table, rows, cols, compute_kernel, cache_load_factor)
+        memory = shard_memory(workload.optimizer, spec)
         return ShardCost(
             fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3,
             bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3,
@@ -267,12 +248,9 @@ class AnalyticCostModel(CostModel):
         return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
-    def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
-        from shardopt.arithmetic.hotrows import expand
-
+    def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         from shardopt.costmodel.plan_kernels import rank_kernels
 
-        workload, tables = expand(workload, tables)
         hw = self.hardware(workload)
         sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         memory: dict[int, int] = defaultdict(int)
@@ -284,10 +262,7 @@ class AnalyticCostModel(CostModel):
                     for p in members
                 ], workload.optimizer)
                 for placed in members:
-                    cost = self._shard_cost(
-                        workload, hw, placed.table, placed.sharding_type, placed.rows, placed.cols,
-                        placed.compute_kernel, placed.cache_load_factor, cache,
-                    )
+                    cost = self._shard_cost(workload, hw, placed.spec, cache)
                     acc = sums[rank]
                     acc[0] += cost.fwd_compute_ms
                     acc[1] += cost.bwd_compute_ms
@@ -330,111 +305,11 @@ def calibrated_hardware(hw: Hardware, calibration: Calibration | None) -> Hardwa
     return dataclasses.replace(hw, llc_bytes=calibration.llc_bytes)
 
 
-def shard_samples(workload: Workload, sharding_type: str) -> int:
-    """Bags a shard pools per iteration: the global batch, or the local one if data-parallel."""
-    world = 1 if sharding_type == "data_parallel" else workload.topology.world_size
-    return workload.batch_size * world
-
-
-def shard_lookups(workload: Workload, table: Table, sharding_type: str, rows: int) -> float:
-    """Expected ids a shard looks up per iteration (a row-wise shard gets its rows' share)."""
-    share = rows / table.num_embeddings if sharding_type in ROW_SPLIT else 1.0
-    return shard_samples(workload, sharding_type) * table.pooling_factor * share
-
-
-@dataclass(frozen=True)
-class CommBytes:
-    """Bytes one shard puts on the wire per iteration, by collective.
-
-    ``ids``: lookups it receives in the input all-to-all; ``pooled``: pooled embeddings it sends
-    to other ranks' samples (forward) and receives back as gradients (backward), or the
-    reduce-scatter of row-wise partial sums, which has the same size; ``host_local``: the part of
-    a table-row-wise reduce-scatter that stays inside the host; ``allreduce``: data-parallel
-    gradients.
-    """
-
-    ids: float = 0.0
-    pooled: float = 0.0
-    host_local: float = 0.0
-    allreduce: float = 0.0
-
-    def __add__(self, other: "CommBytes") -> "CommBytes":
-        return CommBytes(self.ids + other.ids, self.pooled + other.pooled,
-                         self.host_local + other.host_local, self.allreduce + other.allreduce)
-
-    def scaled(self, factor: float) -> "CommBytes":
-        return CommBytes(self.ids * factor, self.pooled * factor, self.host_local * factor,
-                         self.allreduce * factor)
-
-
-def comm_bytes(
-    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float, features: int = 1
-) -> CommBytes:
-    """What one shard sends; each of a table's features pools (and sends) a vector of its own."""
-    topo = workload.topology
-    world, local = topo.world_size, topo.ranks_per_host
-    if world == 1:
-        return CommBytes()
-    batch = workload.batch_size
-    if sharding_type == "data_parallel":
-        return CommBytes(allreduce=rows * cols * OUTPUT_BYTES)
-    ids = lookups * INDEX_BYTES * (world - 1) / world
-    if sharding_type == "table_row_wise" and local > 1:
-        # Reduce-scatter of partial sums inside the host, then the host's slice goes out.
-        return CommBytes(
-            ids=ids,
-            pooled=batch * (world - local) * cols * OUTPUT_BYTES * features / local,
-            host_local=batch * world * cols * OUTPUT_BYTES * features * (local - 1) / local,
-        )
-    # table/column-wise send pooled rows to the other ranks' samples; row-wise sends partial
-    # sums in a reduce-scatter of the same size. Gradients come back the same way.
-    return CommBytes(ids=ids, pooled=batch * (world - 1) * cols * OUTPUT_BYTES * features)
-
-
 def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
     """Seconds per byte a rank sends, spread evenly over its peers on and off its host."""
     on_host = (local - 1) / (world - 1)
     off_host = (world - local) / (world - 1)
     return on_host / (hw.intra_host_bw_gbps * GB) + off_host / (hw.inter_host_bw_gbps * GB)
-
-
-def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[CommBytes]:
-    """What each rank puts on the wire, summed over its shards."""
-    by_name = {t.name: t for t in workload.tables}
-    sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(workload.topology.world_size)]
-    for tp in tables:
-        table = by_name[tp.name]
-        for shard in tp.shards:
-            rows, cols = shard.sizes
-            lookups = shard_lookups(workload, table, tp.sharding_type, rows)
-            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups, len(table.features))
-            acc = sums[shard.rank]
-            acc[0] += b.ids
-            acc[1] += b.pooled
-            acc[2] += b.host_local
-            acc[3] += b.allreduce
-    return [CommBytes(*acc) for acc in sums]
-
-
-def rank_comm_from_all_to_all(
-    workload: Workload, tables: Sequence[TablePlan], seconds_or_ms
-) -> list[tuple[float, float]]:
-    """Per-rank (forward, backward) communication from an all-to-all time function.
-
-    ``seconds_or_ms(world, pattern, message_bytes)`` times one all-to-all; the result is in its
-    unit. Forward: ids out (even), pooled embeddings back (pooled); backward: their gradients,
-    and a ring all-reduce (two all-to-all's worth) of data-parallel gradients.
-    """
-    world = workload.topology.world_size
-    if world == 1:
-        return [(0.0, 0.0)]
-    out = []
-    for b in rank_comm_bytes(workload, tables):
-        pooled = seconds_or_ms(world, "pooled", b.pooled + b.host_local)
-        fwd = seconds_or_ms(world, "even", b.ids) + pooled
-        allreduce = 2 * seconds_or_ms(world, "even", b.allreduce * (world - 1) / world)
-        out.append((fwd, pooled + allreduce))
-    return out
 
 
 def _secant(curves: CommCurves, world: int, pattern: str, around: float) -> float:

@@ -1,13 +1,20 @@
-"""The cost-model contract every model (analytic, learned) fulfils."""
+"""The cost-model contract every model (analytic, learned) fulfils: everything a search, a bound
+or replay asks of a model is declared here, with the default an additive model would give."""
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
+from shardopt.arithmetic.hotrows import expand
+from shardopt.contracts import ShardSpec
 from shardopt.core.plan import RankBreakdown, TablePlan
-from shardopt.core.workload import Table, Workload
+from shardopt.core.workload import Workload
+
+if TYPE_CHECKING:
+    from shardopt.arithmetic.traffic import CommBytes
+    from shardopt.costmodel.comm_curve import CommCurves
 
 
 @dataclass(frozen=True)
@@ -27,43 +34,47 @@ class ShardCost:
 
 
 class CostModel(abc.ABC):
-    """Predicts the per-rank breakdown of a plan; lower is better, the max over ranks is the cost."""
+    """Predicts the per-rank breakdown of a plan; lower is better."""
 
     name: str
+    # True when a shard's cost depends on the rank's other shards (a shared cache), so that
+    # :meth:`shard_floor` differs from :meth:`shard_cost` and a lower bound must add up floors.
+    floor_below_cost: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def shard_cost(
-        self,
-        workload: Workload,
-        table: Table,
-        sharding_type: str,
-        rows: int,
-        cols: int,
-        compute_kernel: str = "fused",
-        cache_load_factor: float | None = None,
-    ) -> ShardCost:
+    def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """Cost of one shard on its own: what a search adds to a rank when it places the shard."""
 
-    def shard_floor(
-        self,
-        workload: Workload,
-        table: Table,
-        sharding_type: str,
-        rows: int,
-        cols: int,
-        compute_kernel: str = "fused",
-        cache_load_factor: float | None = None,
-    ) -> ShardCost:
-        """No more than the shard costs on any rank, whatever shares it: what lower bounds add up.
-
-        Models whose shard cost depends on the rank's other shards (a shared cache) override it.
-        """
-        return self.shard_cost(workload, table, sharding_type, rows, cols, compute_kernel, cache_load_factor)
+    def shard_floor(self, workload: Workload, spec: ShardSpec) -> ShardCost:
+        """No more than the shard costs on any rank, whatever shares it: what lower bounds add up."""
+        return self.shard_cost(workload, spec)
 
     @abc.abstractmethod
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         """Fixed cost of a rank that holds shards of these sharding types (kernel calls, latency)."""
 
-    @abc.abstractmethod
+    def compute_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
+        """Kernel-call time alone; models whose comm comes from measured curves separate it."""
+        return self.rank_overhead_ms(workload, sharding_types)
+
+    def additive(self, workload: Workload) -> bool:
+        """Whether a plan's cost is its shards' costs summed per rank (plus kind overheads)."""
+        return True
+
+    def comm_curves(self, workload: Workload) -> "CommCurves | None":
+        """The measured all-to-all curves the model reads a rank's comm from, if any."""
+        return None
+
+    def comm_floor_ms(self, workload: Workload, average: "CommBytes", every_rank_sends: bool = False) -> float | None:
+        """A floor under the busiest rank's comm when ranks average ``average`` bytes; None when
+        the model's comm is additive per shard (the bound then adds shard costs)."""
+        return None
+
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
-        """The per-rank breakdown of a whole plan, one entry per rank in order."""
+        """The per-rank breakdown of a whole plan, one entry per rank in order. Hot-row tables
+        are expanded here, once, into their replicated head and sharded tail."""
+        return self.placed_breakdown(*expand(workload, tables))
+
+    @abc.abstractmethod
+    def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        """:meth:`breakdown` of a plan whose tables are all plain (hot rows already expanded)."""

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from shardopt.contracts import ShardSpec
 from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
@@ -15,7 +16,7 @@ from shardopt.core.hardware import hardware_for
 from shardopt.arithmetic.memory import plan_memory
 from shardopt.core.plan import RankBreakdown, TablePlan
 from shardopt.profile.precision import measured_precision
-from shardopt.core.workload import Table, Workload
+from shardopt.core.workload import Workload
 
 
 class LearnedCostModel(CostModel):
@@ -40,18 +41,12 @@ class LearnedCostModel(CostModel):
         alone, empty = self._predictor(workload).kernel_seconds([[shard], []])
         return tuple(np.maximum(alone - empty, 0.0))  # type: ignore[return-value]
 
-    def shard_cost(
-        self, workload, table: Table, sharding_type, rows, cols, compute_kernel="fused",
-        cache_load_factor=None,
-    ) -> ShardCost:
+    def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard's marginal kernel time (alone minus an empty kernel); comm as calibrated."""
-        fwd_s, bwd_s = self._single(
-            workload,
-            PlacedShard(table, sharding_type, 0, rows, cols, compute_kernel, cache_load_factor),
-        )
-        comm = self._analytic.shard_cost(
-            workload, table, sharding_type, rows, cols, compute_kernel, cache_load_factor
-        )
+        fwd_s, bwd_s = self._single(workload, PlacedShard(
+            spec.table, spec.sharding_type, 0, spec.rows, spec.cols, spec.compute_kernel,
+            spec.cache_load_factor))
+        comm = self._analytic.shard_cost(workload, spec)
         return ShardCost(
             fwd_compute_ms=fwd_s * 1e3, bwd_compute_ms=bwd_s * 1e3,
             fwd_comm_ms=comm.fwd_comm_ms, bwd_comm_ms=comm.bwd_comm_ms,
@@ -80,10 +75,7 @@ class LearnedCostModel(CostModel):
         _, _, fwd_latency, bwd_latency = self._analytic.overheads(workload, sharding_types)
         return self.compute_overhead_ms(workload, sharding_types) + (fwd_latency + bwd_latency) * 1e3
 
-    def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
-        from shardopt.arithmetic.hotrows import expand
-
-        workload, tables = expand(workload, tables)
+    def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         predictor = self._predictor(workload)
         per_rank = rank_kernels(workload, tables, self.device)
         kernels, owner = [], []

@@ -11,7 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from shardopt.costmodel.analytic import shard_lookups, shard_samples
+from shardopt.arithmetic.traffic import shard_lookups, shard_samples
+from shardopt.contracts import ShardSpec
 from shardopt.costmodel.profile_data import KernelShard
 from shardopt.core.plan import TablePlan
 from shardopt.profile.precision import measured_precision
@@ -29,6 +30,11 @@ class PlacedShard:
     cols: int
     compute_kernel: str
     cache_load_factor: float | None = None
+
+    @property
+    def spec(self) -> ShardSpec:
+        return ShardSpec(self.table, self.sharding_type, self.rows, self.cols, self.compute_kernel,
+                         self.cache_load_factor)
 
 
 def rank_kernels(

@@ -18,13 +18,13 @@ import numpy as np
 from shardopt.arithmetic.access import cache_buckets, row_buckets
 from typing import Sequence
 
+from shardopt.arithmetic.traffic import INDEX_BYTES, OUTPUT_BYTES
 from shardopt.costmodel.cpu_cache import CacheRows, characteristic_time
 from shardopt.core.hardware import Hardware
-from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR, optimizer_state_bytes
+from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
+from shardopt.core.layout import optimizer_state_bytes
 from shardopt.core.workload import Table
 
-INDEX_BYTES = 8  # int64 ids, as TorchRec's KeyedJaggedTensor carries them
-OUTPUT_BYTES = 4  # pooled embeddings and their gradients are fp32
 DIM_CLASSES = (32, 64, 128, 256)  # effective bandwidth differs with how many lanes a row fills
 
 FWD_TERMS = (

@@ -22,6 +22,7 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.profile.bags import Bags, sample_bags
 from shardopt.arithmetic.memory import plan_memory
+from shardopt.contracts import Breakdown
 from shardopt.core.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
@@ -257,13 +258,11 @@ class SideBySide:
     def bottleneck_ms(self, name: str) -> float:
         """The max over ranks of each rank's median: medians first, so timing noise on several
         near-equal ranks does not inflate the max (which would penalise the best-balanced plans)."""
-        return max(r.total_ms for r in self.per_rank[name])
+        return Breakdown.of(self.per_rank[name]).bottleneck_ms
 
     def step_ms(self, name: str) -> float:
         """The critical path of per-rank medians: each phase's slowest rank, summed."""
-        from shardopt.search.objective import critical_path_ms
-
-        return critical_path_ms(self.per_rank[name])
+        return Breakdown.of(self.per_rank[name]).step_ms
 
 
 def replay_side_by_side(

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from shardopt.core.plan import RankBreakdown
 from shardopt.measure.replay import ReplayResult
-from shardopt.search.objective import critical_path_ms
+from shardopt.contracts import Breakdown
 from shardopt.core.workload import Workload
 
 
@@ -35,7 +35,7 @@ def replay_table(
     )
     lines.append(
         f"replayed step (critical path, each phase's slowest rank summed):"
-        f" {critical_path_ms(result.per_rank):.3f} ms (predicted {critical_path_ms(predicted):.3f} ms)"
+        f" {Breakdown.of(result.per_rank).step_ms:.3f} ms (predicted {Breakdown.of(predicted).step_ms:.3f} ms)"
     )
     lines.append(
         f"compute: {result.backend} kernels on this machine's {result.device}, medians;"
@@ -52,7 +52,7 @@ def replay_json(result: ReplayResult, model: str, predicted: Sequence[RankBreakd
         "device": result.device,
         "comm_source": result.comm_source,
         "bottleneck": {"rank": b.rank, "total_ms": b.total_ms},
-        "step_ms": critical_path_ms(result.per_rank),  # the critical path of a synchronous step
+        "step_ms": Breakdown.of(result.per_rank).step_ms,  # the critical path of a synchronous step
         "measured": [
             {**dataclasses.asdict(r.measured), "fwd_spread_ms": r.fwd_spread_ms,
              "bwd_spread_ms": r.bwd_spread_ms}

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Optional
 
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
 from shardopt.core.errors import ShardoptError
 from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
-from shardopt.search.greedy import SearchResult
+from shardopt.contracts import Breakdown, Search
 from shardopt.search.ilp import IlpSearch
 from shardopt.core.workload import Workload
 
-
-class Search(Protocol):
-    name: str
-
-    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult: ...
 
 
 def plan_workload(
@@ -35,10 +30,10 @@ def plan_workload(
     except ShardoptError as exc:
         raise ShardoptError(f"{source}: {exc}", exc.kind) from None
     per_rank = tuple(cost_model.breakdown(workload, result.tables))
-    objective = getattr(search, "objective", None)  # baselines' searches minimise nothing named
+    objective = search.objective
     predicted = Predicted(
         cost_model=cost_model.name,
-        max_ms=max(r.total_ms for r in per_rank),
+        max_ms=Breakdown.of(per_rank).bottleneck_ms,
         lower_bound_ms=result.lower_bound_ms,
         per_rank=per_rank,
         search=SearchInfo(

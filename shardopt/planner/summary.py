@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
+from shardopt.contracts import Breakdown
 from shardopt.core.plan import Plan, RankBreakdown
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
@@ -17,7 +18,7 @@ def breakdown_table(
 ) -> str:
     """Per-rank costs and memory with a bar per rank, scaled to the most loaded."""
     topo = workload.topology
-    peak = max(r.total_ms for r in per_rank) or 1.0
+    peak = Breakdown.of(per_rank).bottleneck_ms or 1.0
     if bottleneck is None:
         bottleneck = max(per_rank, key=lambda r: (r.total_ms, -r.rank)).rank
     lines = [
@@ -52,7 +53,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             f" memory cap {format_bytes(topo.hbm_cap)} per rank"
         )
         lines.append(
-            f"critical path: {predicted.critical_path_ms:.3f} ms (a synchronous step: the slowest"
+            f"critical path: {Breakdown.of(predicted.per_rank).step_ms:.3f} ms (a synchronous step: the slowest"
             " rank of each phase, summed)"
         )
     kinds = Counter(t.sharding_type for t in plan.tables)

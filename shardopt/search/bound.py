@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from shardopt.costmodel.analytic import CommBytes, comm_bytes, shard_lookups
+from shardopt.arithmetic.traffic import CommBytes, comm_bytes, shard_lookups
 from shardopt.costmodel.base import CostModel, ShardCost
-from shardopt.search.candidates import Candidate
+from shardopt.search.candidates import Candidate, piece_costs as costs_of
 from shardopt.core.workload import Workload
 
 
@@ -32,10 +32,8 @@ def balance_lower_bound(
     piece_costs: Mapping[str, Sequence[Sequence[ShardCost]]],
 ) -> float:
     """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds."""
-    if type(cost_model).shard_floor is not CostModel.shard_floor:
+    if cost_model.floor_below_cost:
         # The search priced shards on an average rank; a bound must add up floors.
-        from shardopt.search.greedy import piece_costs as costs_of
-
         piece_costs = {
             name: [costs_of(workload, cost_model, c, floor=True) for c in candidates[name]]
             for name in piece_costs
@@ -43,8 +41,7 @@ def balance_lower_bound(
     world = workload.topology.world_size
     kinds = {c.sharding_type for per in candidates.values() for c in per}
     overhead = min(cost_model.rank_overhead_ms(workload, {kind}) for kind in kinds)
-    floor = getattr(cost_model, "comm_floor_ms", None)
-    if floor is not None and floor(workload, CommBytes()) is not None:
+    if cost_model.comm_floor_ms(workload, CommBytes()) is not None:
         return _curve_bound(workload, cost_model, candidates, piece_costs, overhead)
     total = 0.0
     largest = 0.0

@@ -12,12 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
-from shardopt.search.candidates import Candidate, table_candidates
-from shardopt.search.objective import CRITICAL_PATH, Objective
+from shardopt.search.candidates import Candidate, piece_costs, table_candidates
+from shardopt.contracts import CRITICAL_PATH, Objective, SearchResult
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
 
@@ -26,19 +27,6 @@ _MAX_MOVES = 10_000
 # Tables are cut until their largest piece is at most this multiple of a balanced rank's load;
 # each multiple yields a plan and the one the cost model rates best is kept.
 TARGETS = (1.0, 1.5, float("inf"))
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """A search's plan, the bound it proved, and how it got there (for the plan's search block)."""
-
-    tables: tuple[TablePlan, ...]
-    lower_bound_ms: float
-    algorithm: str = "greedy"
-    status: str = "HEURISTIC"
-    solver_bound_ms: float | None = None
-    variables: int | None = None
-    repair_moves: int | None = None
 
 
 @dataclass
@@ -113,7 +101,7 @@ class GreedySearch:
             except _Unplaceable as exc:
                 failure = exc
                 continue
-            peak = max(r.total_ms for r in cost_model.breakdown(workload, placed))
+            peak = Breakdown.of(cost_model.breakdown(workload, placed)).bottleneck_ms
             if best is None or peak < best[0] - 1e-12:
                 best = (peak, placed)
         if best is None:
@@ -142,41 +130,6 @@ class GreedySearch:
                     choice[exc.table] += 1
         assert failure is not None
         raise failure
-
-
-def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:
-    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any); with
-    ``floor``, the model's floor under it (what a lower bound adds up)."""
-    table = workload.table(cand.table)
-    cost = model.shard_floor if floor else model.shard_cost
-    if cand.replicated_rows:
-        return _hot_row_costs(workload, cost, cand, table)
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) not in by_shape:
-            by_shape[p.rows, p.cols] = cost(
-                workload, table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel,
-                cand.cache_load_factor,
-            )
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
-
-
-def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
-    from shardopt.arithmetic.hotrows import split_table
-
-    hot, cold = split_table(table, cand.replicated_rows)
-    replica = cost(workload, hot, "data_parallel", hot.num_embeddings, table.embedding_dim)
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) in by_shape:
-            continue
-        c = cost(workload, cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel)
-        by_shape[p.rows, p.cols] = ShardCost(
-            c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
-            c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
-            c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
-        )
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
 
 
 def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms: float) -> int:

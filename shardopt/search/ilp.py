@@ -25,16 +25,19 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
+from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.search.bound import collective_bytes, piece_bytes
 from shardopt.search.candidates import Candidate, table_candidates
-from shardopt.search.greedy import GreedySearch, SearchResult, piece_costs
+from shardopt.search.greedy import GreedySearch
+from shardopt.contracts import SearchResult
+from shardopt.search.candidates import piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
-from shardopt.search.objective import BOTTLENECK, CRITICAL_PATH, PHASES, Objective, rank_phases
+from shardopt.contracts import BOTTLENECK, CRITICAL_PATH, PHASES, Objective, rank_phases
 from shardopt.core.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
@@ -109,7 +112,7 @@ class IlpSearch:
             for name, cands in candidates.items()
         }
         greedy = GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs)
-        greedy_ms = max(r.total_ms for r in cost_model.breakdown(workload, greedy.tables))
+        greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms
         if greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
             # Within a hair of the bound already: no solver time can buy more than the gap.
             status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
@@ -129,7 +132,7 @@ class IlpSearch:
         # Replicas (data-parallel tables, hot rows) add an all-reduce every rank pays once.
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
-        curves = getattr(cost_model, "comm_curves", lambda w: None)(workload)
+        curves = cost_model.comm_curves(workload)
         model = _Model(workload, candidates, costs, replica_ms, curves, self.objective)
         model.hint(model.canonical(greedy.tables))
         model.complete_hint()
@@ -173,7 +176,7 @@ class IlpSearch:
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
         # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under the
         # critical path it bounds that, which is never below the bottleneck: not the plan's bound.
-        additive = getattr(cost_model, "additive", lambda w: True)(workload)
+        additive = cost_model.additive(workload)
         bound = max(cheap, solver_bound) if additive and self.objective == BOTTLENECK else cheap
         self.last_report = IlpReport(name, solver.objective_value / model.scale, bound, size)
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.

@@ -16,14 +16,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
+from shardopt.contracts import ShardSpec
 from shardopt.costmodel.base import CostModel
 from shardopt.arithmetic.memory import plan_memory, shard_memory
 from shardopt.core.plan import Shard, TablePlan
-from shardopt.search.objective import BOTTLENECK, Objective, Phases, rank_phases
+from shardopt.contracts import BOTTLENECK, Objective, Phases, rank_phases
 from shardopt.core.workload import Workload
 
 if TYPE_CHECKING:
-    from shardopt.search.greedy import SearchResult
+    from shardopt.contracts import SearchResult
 
 # Re-scores per second of budget: the budget is counted in re-scores, not seconds, so the same
 # input gives the same plan; a wall-clock deadline, far past the budget, only guards against a
@@ -76,10 +77,9 @@ class _State:
 
     def _memory(self, ti: int, shard: Shard) -> tuple[int, int]:
         tp = self.tables[ti]
-        mem = shard_memory(
-            self.workload.optimizer, self.by_name[tp.name], shard.sizes[0], shard.sizes[1],
-            tp.compute_kernel, tp.cache_load_factor,
-        )
+        mem = shard_memory(self.workload.optimizer, ShardSpec(
+            self.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
+            tp.cache_load_factor))
         return mem.hbm_bytes, mem.ddr_bytes
 
     def rank_load(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> Phases:
@@ -142,10 +142,9 @@ def repair_bottleneck(
         if item not in shard_alone:
             tp = state.tables[item[0]]
             shard = tp.shards[item[1]]
-            cost = model.shard_cost(
-                workload, state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                tp.compute_kernel, tp.cache_load_factor,
-            )
+            cost = model.shard_cost(workload, ShardSpec(
+                state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
+                tp.compute_kernel, tp.cache_load_factor))
             shard_alone[item] = rank_phases(cost)
         return sum(w * x for w, x in zip(weights, shard_alone[item]))
 

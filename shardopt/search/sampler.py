@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardopt.contracts import ShardSpec
 from shardopt.costmodel.base import CostModel
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.arithmetic.memory import shard_memory
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import table_candidates
-from shardopt.search.greedy import SearchResult, piece_costs
+from shardopt.contracts import SearchResult
+from shardopt.search.candidates import piece_costs
 from shardopt.core.workload import Workload
 
 ATTEMPTS = 50
 
 
-class RandomSearch:
-    name = "random"
+class PlanSampler:
+    """Random plans that fit (seeded): varied plans for judging cost models, not a planner."""
+
+    name = "sampled"
+    objective = None  # minimises nothing
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -36,7 +41,8 @@ class RandomSearch:
                     name: [piece_costs(workload, cost_model, c) for c in cands]
                     for name, cands in candidates.items()
                 }
-                return SearchResult(plan, balance_lower_bound(workload, cost_model, candidates, costs))
+                return SearchResult(plan, balance_lower_bound(workload, cost_model, candidates, costs),
+                                    algorithm=self.name, status="SAMPLED")
         raise ShardoptError(
             f"no random plan fit in memory in {ATTEMPTS} attempts", kind=ErrorKind.INFEASIBLE
         )
@@ -53,12 +59,12 @@ def _try_random(workload: Workload, candidates, rng) -> tuple[TablePlan, ...] | 
         host_ranks = list(range(host * topo.ranks_per_host, (host + 1) * topo.ranks_per_host))
         shards = []
         for i, piece in enumerate(cand.pieces):
-            need = shard_memory(
-                workload.optimizer, table, piece.rows, piece.cols, cand.compute_kernel,
-                cand.cache_load_factor,
-            ).hbm_bytes
+            need = shard_memory(workload.optimizer, ShardSpec(
+                table, cand.sharding_type, piece.rows, piece.cols, cand.compute_kernel,
+                cand.cache_load_factor)).hbm_bytes
             if cand.replicated_rows:
-                need += shard_memory(workload.optimizer, table, cand.replicated_rows, piece.cols).hbm_bytes
+                need += shard_memory(workload.optimizer, ShardSpec(
+                    table, "data_parallel", cand.replicated_rows, piece.cols)).hbm_bytes
             if cand.placement == "fixed":
                 rank = i
             elif cand.placement == "host" and cand.sharding_type == "table_row_wise":

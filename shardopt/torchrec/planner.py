@@ -22,6 +22,7 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
+from shardopt.contracts import ShardSpec
 from shardopt.core.plan import Plan
 from shardopt.torchrec.from_model import Origin, workload_from_module
 from shardopt.torchrec.sharding_plan import to_sharding_plan
@@ -56,7 +57,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
-        self.objective = objective  # "critical-path" or "bottleneck" (shardopt.search.objective)
+        self.objective = objective  # "critical-path" or "bottleneck" (shardopt.contracts)
         self.last_plan: Optional[Plan] = None
         self.last_workload: Optional[Workload] = None
         self.last_origins: Optional[dict[str, Origin]] = None
@@ -78,7 +79,7 @@ class ShardoptPlanner(ShardingPlanner):
         from shardopt.planner import plan_workload
         from shardopt.search.greedy import GreedySearch
         from shardopt.search.ilp import IlpSearch
-        from shardopt.search.objective import OBJECTIVES
+        from shardopt.contracts import OBJECTIVES
 
         from torchrec.distributed.planner.constants import BATCH_SIZE
 
@@ -116,7 +117,7 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> N
     import math
 
     from shardopt.core.errors import ShardoptError
-    from shardopt.search.objective import OBJECTIVES
+    from shardopt.contracts import OBJECTIVES
 
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or not 0 < batch_size <= 2**24):
@@ -164,9 +165,8 @@ class ShardoptEstimator(ShardEstimator):
                 "fused", "fused_uvm", "fused_uvm_caching", "dense") else "fused"
             for shard in option.shards:
                 rows, cols = shard.size
-                cost = model.shard_cost(
-                    workload, table, option.sharding_type, rows, cols, kernel, option.cache_load_factor,
-                )
+                cost = model.shard_cost(workload, ShardSpec(
+                    table, option.sharding_type, rows, cols, kernel, option.cache_load_factor))
                 shard.perf = Perf(fwd_compute=cost.fwd_compute_ms, fwd_comms=cost.fwd_comm_ms,
                                   bwd_compute=cost.bwd_compute_ms, bwd_comms=cost.bwd_comm_ms)
                 shard.storage = Storage(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from shardopt.arithmetic.memory import DATA_TYPE_BYTES
+from shardopt.core.layout import DATA_TYPE_BYTES
 from shardopt.core.plan import RankBreakdown, TablePlan
 from shardopt.core.workload import Workload
 

@@ -1,0 +1,32 @@
+"""Bytes of a table's rows as FBGEMM lays them out: weights per data type, and the optimizer
+state kept beside them. Core, because a workload's own checks (does a table fit a rank?) need it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardopt.core.workload import Table
+
+DATA_TYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+INT8_ROW_OVERHEAD = 8  # FBGEMM stores a per-row fp32 scale and bias beside int8 rows
+
+
+def optimizer_state_bytes(optimizer: str, rows: int, cols: int) -> int:
+    """Optimizer state FBGEMM keeps beside a shard's weights (fp32)."""
+    per_row = {"sgd": 0, "rowwise_adagrad": 4, "adagrad": cols * 4, "adam": cols * 8}
+    if optimizer not in per_row:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    return rows * per_row[optimizer]
+
+
+def weight_bytes(table: Table, rows: int, cols: int) -> int:
+    weights = rows * cols * DATA_TYPE_BYTES[table.data_type]
+    if table.data_type == "int8":
+        weights += rows * INT8_ROW_OVERHEAD
+    return weights
+
+
+def shard_bytes(optimizer: str, table: Table, rows: int, cols: int) -> int:
+    """Weights plus optimizer state of a ``rows`` x ``cols`` shard."""
+    return weight_bytes(table, rows, cols) + optimizer_state_bytes(optimizer, rows, cols)
