@@ -29,7 +29,8 @@ def main() -> None:
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.arithmetic.checks import check_plan
     from shardopt.planner import plan_workload
-    from shardopt.search.ilp import IlpSearch
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner import build_search
     from shardopt.contracts import Breakdown
     from shardopt.traces.synth import SynthSpec, synth_workload
     from shardopt.core.workload import read_workload, workload_yaml
@@ -60,7 +61,7 @@ def main() -> None:
             path.write_text(workload_yaml(synth_workload(spec)))
             workload, sha = read_workload(path)
             model, _ = resolve_cost_model("analytic", workload)
-            search = IlpSearch(time_limit_s=args.time_limit)
+            search = build_search(PlanConfig(time_limit_s=args.time_limit))
             started = time.perf_counter()
             ours = plan_workload(workload, sha256=sha, cost_model=model, search=search)
             ours_s = time.perf_counter() - started

@@ -66,11 +66,11 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.arithmetic.checks import check_plan
-    from shardopt.planner import plan_workload
+    from shardopt.compare import predicted, timed
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner import plan_with
     from shardopt.profile.dataset import ProfileDataset
     from shardopt.measure.replay import ProfiledComm, replay_side_by_side
-    from shardopt.search.ilp import IlpSearch
-    from shardopt.contracts import Breakdown
     from shardopt.core.workload import read_workload
 
     parser = argparse.ArgumentParser()
@@ -97,13 +97,13 @@ def main() -> None:
     for config in sorted((ROOT / "configs").glob("*.yaml")):
         workload, sha = read_workload(config)
         model, _ = resolve_cost_model("analytic", workload)
-        started = time.perf_counter()
-        ours = plan_workload(workload, sha256=sha, cost_model=model, search=IlpSearch(args.time_limit))
-        ours_s = time.perf_counter() - started
+        # the CLI's and the plugin's configuration, through the same factory
+        ours, ours_s = timed(lambda: plan_with(workload, PlanConfig(time_limit_s=args.time_limit),
+                                               cost_model=model, sha256=sha))
         theirs, theirs_s, reason = torchrec_capped(config, args.torchrec_cap)
         def scored(plan) -> tuple[float, float]:
-            per_rank = model.breakdown(workload, plan.tables)
-            return Breakdown.of(per_rank).step_ms, Breakdown.of(per_rank).bottleneck_ms
+            score = predicted(model, workload, plan)
+            return score.step_ms, score.bottleneck_ms
 
         ours_ms, ours_b = scored(ours)
         if theirs is None:

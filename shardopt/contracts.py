@@ -146,6 +146,9 @@ class Search(Protocol):
 # -- configuration ---------------------------------------------------------------------------------
 
 MAX_TIME_LIMIT_S = 3600.0
+# The defaults of every way in (CLI, plugin, bench, and the search classes themselves).
+DEFAULT_TIME_LIMIT_S = 5.0
+DEFAULT_CANDIDATES = "torchrec"
 SearchName = Literal["ilp", "greedy"]
 CandidateSet = Literal["torchrec", "all"]
 CommSource = Literal["cost-model"]
@@ -163,8 +166,8 @@ class PlanConfig:
     """
 
     search: SearchName = "ilp"
-    time_limit_s: Annotated[float, Field(gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)] = 5.0
-    candidates: CandidateSet = "torchrec"
+    time_limit_s: Annotated[float, Field(gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)] = DEFAULT_TIME_LIMIT_S
+    candidates: CandidateSet = DEFAULT_CANDIDATES
     objective: ObjectiveName = "critical-path"
     cost_model: str = "analytic"
     comm_source: CommSource = "cost-model"

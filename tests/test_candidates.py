@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from shardopt.arithmetic.access import row_buckets
 from shardopt.core.layout import shard_bytes
 from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_candidates
+from shardopt.search.ilp import IlpSearch
 from shardopt.core.workload import workload_from_dict
 
 
@@ -95,7 +96,7 @@ def test_memory_bound_gpu_plan_uses_hot_cold_tiers_within_host_memory():
     from shardopt.search.ilp import IlpSearch
 
     wl = _tiered_workload("600MB")  # 4 x 260 MB of tables on 2 x 300 MB of HBM
-    for search in (None, IlpSearch(time_limit_s=2)):
+    for search in (IlpSearch(candidates="all"), IlpSearch(candidates="all", time_limit_s=2)):
         plan = plan_workload(wl, search=search)
         assert check_plan(wl, plan).valid
         tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
@@ -111,4 +112,4 @@ def test_host_memory_limit_makes_tiers_infeasible_with_a_clear_error():
     from shardopt.planner import plan_workload
 
     with pytest.raises(ShardoptError, match="fits in memory"):
-        plan_workload(_tiered_workload("400MB"), source="tiers.yaml")
+        plan_workload(_tiered_workload("400MB"), source="tiers.yaml", search=IlpSearch(candidates="all"))

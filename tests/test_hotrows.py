@@ -12,6 +12,7 @@ from shardopt.core.layout import shard_bytes
 from shardopt.core.plan import plan_from_dict, plan_to_json
 from shardopt.arithmetic.checks import check_plan
 from shardopt.planner import plan_workload
+from shardopt.search.ilp import IlpSearch
 from shardopt.core.workload import workload_from_dict
 
 
@@ -42,7 +43,7 @@ def test_split_keeps_rows_and_lookups():
 
 def test_planner_replicates_hot_rows_of_a_dominant_skewed_table_and_the_plan_checks_out():
     workload = _skewed()
-    plan = plan_workload(workload, cost_model=AnalyticCostModel())
+    plan = plan_workload(workload, cost_model=AnalyticCostModel(), search=IlpSearch(candidates="all"))
     big = next(t for t in plan.tables if t.name == "big")
     assert big.replicated_rows and big.sharding_type == "row_wise"
     assert check_plan(workload, plan).valid
@@ -66,7 +67,7 @@ def test_planner_replicates_hot_rows_of_a_dominant_skewed_table_and_the_plan_che
 ])
 def test_broken_hot_row_plans_are_violations(mutate, message):
     workload = _skewed()
-    data = json.loads(plan_to_json(plan_workload(workload, cost_model=AnalyticCostModel())))
+    data = json.loads(plan_to_json(plan_workload(workload, cost_model=AnalyticCostModel(), search=IlpSearch(candidates="all"))))
     big = next(t for t in data["tables"] if t["name"] == "big")
     mutate(big)
     report = check_plan(workload, plan_from_dict(data))
@@ -75,7 +76,7 @@ def test_broken_hot_row_plans_are_violations(mutate, message):
 
 def test_expand_turns_a_hot_row_table_into_a_replicated_head_and_a_row_wise_tail():
     workload = _skewed()
-    plan = plan_workload(workload, cost_model=AnalyticCostModel())
+    plan = plan_workload(workload, cost_model=AnalyticCostModel(), search=IlpSearch(candidates="all"))
     wl2, tables2 = expand(workload, plan.tables)
     names = {t.name: t for t in tables2}
     assert "big" not in names and {"big:hot", "big:cold"} <= set(names)
@@ -121,7 +122,7 @@ def test_torchrec_candidates_leave_hot_rows_out_and_conversion_refuses_them():
     plan = plan_workload(workload, cost_model=AnalyticCostModel(),
                          search=IlpSearch(time_limit_s=2, candidates="torchrec"))
     assert not any(t.replicated_rows for t in plan.tables)
-    hot = plan_workload(workload, cost_model=AnalyticCostModel())  # all candidates
+    hot = plan_workload(workload, cost_model=AnalyticCostModel(), search=IlpSearch(candidates="all"))
     assert any(t.replicated_rows for t in hot.tables)
     with pytest.raises(ShardoptError, match="table 'big': hot-row replication"):
         to_sharding_plan(hot, workload)

@@ -65,7 +65,7 @@ def _brute_force(workload, model, objective=BOTTLENECK):
 def test_tiny_instances_are_solved_to_the_brute_force_optimum(seed, objective):
     workload = _tiny(seed)
     model = AnalyticCostModel()
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, objective=objective)
+    search = IlpSearch(candidates="all", time_limit_s=10, good_enough_gap=0.0, objective=objective)
     plan = plan_workload(workload, cost_model=model, search=search)
     assert search.last_report.status == "OPTIMAL"
     assert search.last_report.objective_ms == pytest.approx(_brute_force(workload, model, objective), rel=1e-4)
@@ -81,7 +81,7 @@ def test_memory_binds_in_the_optimum():
     tight = _tiny(17, cap=int(0.6 * total))
     free_optimum, tight_optimum = _brute_force(roomy, model), _brute_force(tight, model)
     assert tight_optimum > free_optimum * 1.001  # the premise: memory changes the optimum
-    search = IlpSearch(time_limit_s=10, good_enough_gap=0.0, objective=BOTTLENECK)
+    search = IlpSearch(candidates="all", time_limit_s=10, good_enough_gap=0.0, objective=BOTTLENECK)
     plan = plan_workload(tight, cost_model=model, search=search)
     assert search.last_report.objective_ms == pytest.approx(tight_optimum, rel=1e-4)
     assert check_plan(tight, plan).valid
@@ -92,11 +92,11 @@ def test_same_input_same_plan_and_time_limit_respected():
     plans = []
     for _ in range(2):
         started = time.perf_counter()
-        plans.append(plan_workload(workload, search=IlpSearch(time_limit_s=2, good_enough_gap=0.0)))
+        plans.append(plan_workload(workload, search=IlpSearch(candidates="all", time_limit_s=2, good_enough_gap=0.0)))
         # The greedy warm start and model building come on top of the solver's 2 s.
         assert time.perf_counter() - started < 2 + 3
     assert plans[0] == plans[1]
-    greedy = plan_workload(workload, search=GreedySearch(repair_s=0))
+    greedy = plan_workload(workload, search=GreedySearch(candidates="all", repair_s=0))
     # The default objective is the critical path, which is never below the bottleneck.
     assert plans[0].predicted.search.objective == "critical-path"
     assert Breakdown.of(plans[0].predicted.per_rank).step_ms <= Breakdown.of(greedy.predicted.per_rank).step_ms + 1e-9
@@ -110,7 +110,7 @@ def test_a_solve_cut_by_the_wall_clock_says_so(monkeypatch):
     import shardopt.search.ilp as ilp
 
     workload, _ = read_workload(CONFIGS / "dlrm-medium.yaml")
-    search = IlpSearch(time_limit_s=2, good_enough_gap=0.0)
+    search = IlpSearch(candidates="all", time_limit_s=2, good_enough_gap=0.0)
     plan_workload(workload, search=search)
     assert "wall clock" not in search.last_report.status
     monkeypatch.setattr(ilp, "WALL_GUARD", 1e-4)
@@ -148,7 +148,7 @@ def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
                      {t.name: [piece_costs(medium, model, c) for c in table_candidates(medium, t)]
                       for t in medium.tables})
     assert all(len(c) < 8 for c in with_rw.classes)
-    greedy = GreedySearch(repair_s=0).search(workload, model).tables
+    greedy = GreedySearch(candidates="all", repair_s=0).search(workload, model).tables
     canonical = m.canonical(greedy)
     by_name = {tp.name: tp for tp in canonical}
     for ranks in m.classes:
@@ -178,7 +178,7 @@ def test_forced_replica_on_tiny_tables_is_not_called_infeasible():
         "tables": [{"name": "dp", "num_embeddings": 50, "embedding_dim": 8, "sharding_types": ["data_parallel"]},
                    {"name": "tw", "num_embeddings": 400, "embedding_dim": 16}],
     })
-    plan = plan_workload(workload, search=IlpSearch(time_limit_s=2, good_enough_gap=0.0))
+    plan = plan_workload(workload, search=IlpSearch(candidates="all", time_limit_s=2, good_enough_gap=0.0))
     assert check_plan(workload, plan).valid
 
 
@@ -191,7 +191,7 @@ def test_small_instances_are_proved_optimal_and_larger_ones_improved_by_lns():
 
     workload, _ = read_workload(CONFIGS / "tiny.yaml")
     model, _ = resolve_cost_model("analytic", workload)
-    search = IlpSearch(time_limit_s=5, good_enough_gap=0.0)
+    search = IlpSearch(candidates="all", time_limit_s=5, good_enough_gap=0.0)
     search._solve(workload, model)
     assert search.last_report.status.startswith("OPTIMAL")
 
@@ -202,7 +202,7 @@ def test_small_instances_are_proved_optimal_and_larger_ones_improved_by_lns():
     assert search.last_report.status.startswith(("FEASIBLE", "OPTIMAL"))
     candidates = {t.name: table_candidates(task, t, "torchrec") for t in task.tables}
     costs = {n: [piece_costs(task, model, c) for c in cs] for n, cs in candidates.items()}
-    greedy = GreedySearch(repair_s=0).search(task, model, candidates, costs).tables
+    greedy = GreedySearch(candidates="all", repair_s=0).search(task, model, candidates, costs).tables
     # The solver sees summed shard costs: the whole-plan model may differ by what ranks share.
     assert CRITICAL_PATH.score([rank_phases(r) for r in model.breakdown(task, result.tables)]) <= (
         1.02 * CRITICAL_PATH.score([rank_phases(r) for r in model.breakdown(task, greedy)]))

@@ -66,7 +66,7 @@ def test_the_greedy_hint_is_completed_to_a_whole_solution():
     model, _ = resolve_cost_model("analytic", workload)
     candidates = {t.name: table_candidates(workload, t, "torchrec") for t in workload.tables}
     costs = {n: [piece_costs(workload, model, c) for c in cs] for n, cs in candidates.items()}
-    greedy = GreedySearch(repair_s=0).search(workload, model, candidates, costs).tables
+    greedy = GreedySearch(candidates="all", repair_s=0).search(workload, model, candidates, costs).tables
 
     def fresh():
         return _Model(workload, candidates, costs, 0.0, model.comm_curves(workload), CRITICAL_PATH)

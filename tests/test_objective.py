@@ -52,7 +52,7 @@ def _moved(tables, ranks):
 def test_the_ilp_pairs_lookup_heavy_with_traffic_heavy_tables():
     model = FixedCosts()
     plan = plan_workload(WORKLOAD, cost_model=model,
-                         search=IlpSearch(time_limit_s=5, good_enough_gap=0.0, objective=CRITICAL_PATH))
+                         search=IlpSearch(candidates="all", time_limit_s=5, good_enough_gap=0.0, objective=CRITICAL_PATH))
     assert _pairs(plan.tables) == [frozenset("ab"), frozenset("cd")]
     assert Breakdown.of(plan.predicted.per_rank).step_ms == pytest.approx(8.0)
     assert plan.predicted.max_ms == pytest.approx(8.0)
@@ -62,7 +62,7 @@ def test_the_ilp_pairs_lookup_heavy_with_traffic_heavy_tables():
 def test_repair_turns_a_balanced_bottleneck_into_a_balanced_step():
     model = FixedCosts()
     plan = plan_workload(WORKLOAD, cost_model=model,
-                         search=IlpSearch(time_limit_s=5, good_enough_gap=0.0, objective=BOTTLENECK))
+                         search=IlpSearch(candidates="all", time_limit_s=5, good_enough_gap=0.0, objective=BOTTLENECK))
     # a and c together: every rank's total is 8 ms, but the step waits 2.5 ms in every phase.
     lopsided = _moved(plan.tables, {"a": 0, "c": 0, "b": 1, "d": 1})
     per_rank = model.breakdown(WORKLOAD, lopsided)

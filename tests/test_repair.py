@@ -31,7 +31,7 @@ def lopsided(medium):
     """The greedy plan of dlrm-medium with its first ten table-wise tables piled onto rank 0: a
     bottleneck repair must take apart."""
     workload, model = medium
-    plan = plan_workload(workload, cost_model=model, search=GreedySearch(repair_s=0))
+    plan = plan_workload(workload, cost_model=model, search=GreedySearch(candidates="all", repair_s=0))
     tables = tuple(
         replace(tp, shards=tuple(replace(s, rank=0) for s in tp.shards))
         if i < 10 and tp.sharding_type == "table_wise" else tp
@@ -74,7 +74,7 @@ def test_repair_cut_by_its_deadline_says_so(medium, lopsided):
 def test_repair_never_breaks_memory_or_moves_pinned_shards(medium):
     workload, model = medium
     tight = replace(workload, topology=replace(workload.topology, hbm_cap=400 * 2**20))
-    plan = plan_workload(tight, cost_model=model, search=GreedySearch(repair_s=0))
+    plan = plan_workload(tight, cost_model=model, search=GreedySearch(candidates="all", repair_s=0))
     fixed = repair_bottleneck(tight, model, plan.tables, time_budget_s=2)
     assert check_plan(tight, replace(plan, tables=fixed.tables, predicted=None)).valid
     for old, new in zip(plan.tables, fixed.tables):
@@ -87,7 +87,7 @@ def test_repair_never_breaks_memory_or_moves_pinned_shards(medium):
 def test_lower_bound_holds_for_random_plans_under_the_measured_comm_curves(medium):
     workload, model = medium
     assert not model.additive(workload)  # the packaged CPU model reads comm off measured curves
-    plan = plan_workload(workload, cost_model=model, search=IlpSearch(time_limit_s=2))
+    plan = plan_workload(workload, cost_model=model, search=IlpSearch(candidates="all", time_limit_s=2))
     bound = plan.predicted.lower_bound_ms
     assert bound <= plan.predicted.max_ms
     for seed in range(12):
@@ -130,7 +130,7 @@ def test_lower_bound_holds_with_replicas_and_hot_rows_among_the_candidates():
     kinds = {c.label.split("x")[0] for t in workload.tables for c in table_candidates(workload, t)}
     labels = [c.label for t in workload.tables for c in table_candidates(workload, t)]
     assert "data_parallel" in kinds and any("+hot" in label for label in labels)
-    plan = plan_workload(workload, cost_model=model, search=IlpSearch(time_limit_s=2))
+    plan = plan_workload(workload, cost_model=model, search=IlpSearch(candidates="all", time_limit_s=2))
     bound = plan.predicted.lower_bound_ms
     assert check_plan(workload, plan).valid
     for seed in range(20):

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardopt.search.ilp import IlpSearch
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.layout import shard_bytes
 from shardopt.arithmetic.checks import check_plan
@@ -69,7 +70,7 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 @given(workloads())
 def test_random_workloads_plan_validly_or_fail_clearly(workload):
     try:
-        plan = plan_workload(workload, source="w.yaml")
+        plan = plan_workload(workload, source="w.yaml", search=IlpSearch(candidates="all"))
     except ShardoptError as exc:
         assert exc.kind is ErrorKind.INFEASIBLE
         assert str(exc).startswith("w.yaml: ") and "fits in memory" in str(exc)
@@ -85,7 +86,7 @@ def test_random_workloads_plan_validly_or_fail_clearly(workload):
 @PROPERTY
 @given(workloads(generous_memory=True))
 def test_with_room_to_spare_every_workload_gets_a_valid_plan(workload):
-    plan = plan_workload(workload)
+    plan = plan_workload(workload, search=IlpSearch(candidates="all"))
     assert check_plan(workload, plan).valid
 
 
@@ -101,7 +102,7 @@ def test_infeasibility_is_reported_when_tables_exceed_the_cluster():
     need = sum(shard_bytes("rowwise_adagrad", t, 3000, 64) for t in workload.tables)
     assert need > 2_000_000  # the premise: the cluster is too small in total
     with pytest.raises(ShardoptError, match="no plan fits in memory.*use at least 3 ranks"):
-        plan_workload(workload)
+        plan_workload(workload, search=IlpSearch(candidates="all"))
 
 
 def test_heavy_table_is_split_and_memory_tight_tables_are_cut():
@@ -116,7 +117,7 @@ def test_heavy_table_is_split_and_memory_tight_tables_are_cut():
             "tables": tables,
         }
     )
-    plan = plan_workload(workload)
+    plan = plan_workload(workload, search=IlpSearch(candidates="all"))
     big = next(t for t in plan.tables if t.name == "big")
     # 200k x 128 fp32 = 102 MB does not fit one 40 MB rank: it must be cut over several.
     assert len({s.rank for s in big.shards}) >= 3

@@ -6,6 +6,8 @@ sees all of them at once.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,3 +172,18 @@ def _memory_violations(workload: Workload, plan: Plan) -> list[str]:
             cap = format_bytes(topo.ddr_cap) if topo.ddr_cap else "none declared"
             out.append(f"memory: host {host} needs {format_bytes(ddr[host])} of ddr for UVM, ddr_cap {cap}")
     return out
+
+
+def read_checked(workload_path: str | Path, plan_path: str | Path) -> tuple[Workload, str, Plan]:
+    """A workload and a plan read together, the plan checked against it: what replay, evaluate
+    and report need (a plan that does not fit is an input error naming both files)."""
+    from shardopt.core.errors import ShardoptError
+    from shardopt.core.plan import read_plan
+    from shardopt.core.workload import read_workload
+
+    workload, sha = read_workload(workload_path)
+    plan = read_plan(plan_path)
+    report = check_plan(workload, plan, sha)
+    if not report.valid:
+        raise ShardoptError(f"{plan_path}: does not fit {workload_path}: {report.violations[0]}")
+    return workload, sha, plan

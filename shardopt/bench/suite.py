@@ -47,10 +47,11 @@ class Entry:
 def planner_search(name: str, time_limit_s: float = 5.0):
     """The search object behind a planner name (TorchRec's is run separately)."""
     from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
-    from shardopt.search.ilp import IlpSearch
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner import build_search
 
     if name in ("shardopt", "shardopt-learned"):
-        return IlpSearch(time_limit_s=time_limit_s, candidates="torchrec")
+        return build_search(PlanConfig(time_limit_s=time_limit_s))
     if name == "random":
         return RandomTableWise(seed=0)
     return TableWiseGreedy(name)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.arithmetic.traffic import rank_comm_from_all_to_all
+from shardopt.core.errors import ShardoptError
+from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.profile.bags import Bags, sample_bags
@@ -328,3 +331,21 @@ def rank_windows(rank_bytes: Sequence[int], budget: int) -> list[list[int]]:
             windows.append([rank])
             held = size
     return windows
+
+
+def profiled_comm(folder: Path, world_size: int) -> "ProfiledComm":
+    """All-to-all times of a profile folder; ShardoptError when it holds none at ``world_size``."""
+    from shardopt.profile.dataset import ProfileDataset
+
+    dataset = ProfileDataset(folder)
+    dataset.manifest()  # a folder that is no profile fails here, naming it
+    records = list(dataset.records("a2a"))
+    if not records:
+        raise ShardoptError(f"{folder}: --comm-profile: the profile holds no all-to-all points")
+    comm = ProfiledComm(records, str(folder))
+    if world_size > 1 and not comm.curves.covers(world_size):
+        raise ShardoptError(
+            f"{folder}: --comm-profile: no all-to-all of both patterns (even, pooled) measured at world size"
+            f" {world_size} (measured: {', '.join(map(str, comm.world_sizes())) or 'none'})"
+        )
+    return comm

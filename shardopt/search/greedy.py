@@ -18,7 +18,7 @@ from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, piece_costs, table_candidates
-from shardopt.contracts import CRITICAL_PATH, Objective, SearchResult
+from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, Objective, SearchResult
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
 
@@ -72,7 +72,7 @@ class GreedySearch:
     name = "greedy"
 
     def __init__(
-        self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0, candidates: str = "all",
+        self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0, candidates: str = DEFAULT_CANDIDATES,
         objective: Objective = CRITICAL_PATH,
     ) -> None:
         self.targets = tuple(targets)

@@ -25,20 +25,27 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
-from shardopt.contracts import Breakdown
-from shardopt.costmodel.base import CostModel
+from shardopt.contracts import (
+    BOTTLENECK,
+    CRITICAL_PATH,
+    DEFAULT_CANDIDATES,
+    DEFAULT_TIME_LIMIT_S,
+    PHASES,
+    Breakdown,
+    Objective,
+    SearchResult,
+    rank_phases,
+)
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
+from shardopt.core.workload import Workload
+from shardopt.costmodel.base import CostModel
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.search.bound import collective_bytes, piece_bytes
-from shardopt.search.candidates import Candidate, table_candidates
+from shardopt.search.candidates import Candidate, piece_costs, table_candidates
 from shardopt.search.greedy import GreedySearch
-from shardopt.contracts import SearchResult
-from shardopt.search.candidates import piece_costs
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
 from shardopt.search.repair import movable, repaired
-from shardopt.contracts import BOTTLENECK, CRITICAL_PATH, PHASES, Objective, rank_phases
-from shardopt.core.workload import Workload
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
 REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver's plan
@@ -66,11 +73,11 @@ class IlpSearch:
 
     def __init__(
         self,
-        time_limit_s: float = 5.0,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
         max_variables: int = 400_000,
         workers: int | None = None,
         good_enough_gap: float = 0.01,
-        candidates: str = "all",
+        candidates: str = DEFAULT_CANDIDATES,
         objective: Objective = CRITICAL_PATH,
     ):
         self.candidate_set = candidates

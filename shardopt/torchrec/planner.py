@@ -22,7 +22,7 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
-from shardopt.contracts import ShardSpec
+from shardopt.contracts import DEFAULT_TIME_LIMIT_S, PlanConfig, ShardSpec
 from shardopt.core.plan import Plan
 from shardopt.torchrec.from_model import Origin, workload_from_module
 from shardopt.torchrec.sharding_plan import to_sharding_plan
@@ -42,7 +42,7 @@ class ShardoptPlanner(ShardingPlanner):
         constraints: Optional[Dict[str, ParameterConstraints]] = None,
         *,
         cost_model: str = "analytic",
-        time_limit_s: float = 5.0,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
         search: str = "ilp",
         objective: str = "critical-path",
         **torchrec_options,
@@ -58,6 +58,9 @@ class ShardoptPlanner(ShardingPlanner):
         self.time_limit_s = time_limit_s
         self.search = search
         self.objective = objective  # "critical-path" or "bottleneck" (shardopt.contracts)
+        # TorchRec runs only the cuts its sharders know: the plugin plans with TorchRec's candidates.
+        self.config = PlanConfig(search=search, time_limit_s=float(time_limit_s), candidates="torchrec",
+                                 objective=objective, cost_model=cost_model)
         self.last_plan: Optional[Plan] = None
         self.last_workload: Optional[Workload] = None
         self.last_origins: Optional[dict[str, Origin]] = None
@@ -75,26 +78,17 @@ class ShardoptPlanner(ShardingPlanner):
 
     def plan(self, module, sharders) -> ShardingPlan:
         """Plan on this process alone."""
-        from shardopt.costmodel.registry import resolve_cost_model
-        from shardopt.planner import plan_workload
-        from shardopt.search.greedy import GreedySearch
-        from shardopt.search.ilp import IlpSearch
-        from shardopt.contracts import OBJECTIVES
+        from shardopt.planner import plan_with, resolve_model
 
         from torchrec.distributed.planner.constants import BATCH_SIZE
 
         workload, origins = workload_from_module(
             module, self._topology(), self.batch_size or BATCH_SIZE, self.constraints, sharders
         )
-        model, warnings = resolve_cost_model(self.cost_model, workload)
+        model, warnings = resolve_model(self.config, workload)
         for warning in warnings:
             logger.warning(warning)
-        goal = OBJECTIVES[self.objective]
-        if self.search == "ilp":
-            search = IlpSearch(time_limit_s=self.time_limit_s, candidates="torchrec", objective=goal)
-        else:
-            search = GreedySearch(candidates="torchrec", objective=goal)
-        plan = plan_workload(workload, cost_model=model, search=search, source="model")
+        plan = plan_with(workload, self.config, cost_model=model, source="model")
         self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
         return to_sharding_plan(plan, workload, origins)
 

@@ -1,0 +1,107 @@
+"""The ``shardopt`` group and its one exit path: every error is one line and a documented code.
+
+Every way out is one of the exit codes of :mod:`shardopt.core.errors`, with at most one line on
+stderr: a ShardoptError, a click usage error, an interrupt (SIGINT, SIGTERM) and, should one slip
+through, an internal error (exit 70, with the traceback only under SHARDOPT_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import click
+
+from shardopt import __version__
+from shardopt.core.errors import EXIT_INPUT, EXIT_INTERRUPTED, ShardoptError
+
+EXIT_INTERNAL = 70  # a bug: please report it (BSD's EX_SOFTWARE)
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 invalid plan (validate) or regression (bench --check); 2 bad input or"
+    " usage; 3 no plan fits; 130 interrupted."
+)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class Interrupted(Exception):
+    """A command stopped by SIGINT or SIGTERM; the message says what was kept."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt()  # as Ctrl-C, so that every ``finally`` (temp files, workers) runs
+
+
+# click >= 8.2 raises this for a group called with no command (older clicks print help themselves).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class ShardoptGroup(click.Group):
+    """click.Group whose every exit is one documented code and one line (click's own print four)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        previous = None
+        try:
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except Interrupted as exc:
+            click.echo(f"interrupted: {exc}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except _NO_ARGS_IS_HELP as exc:  # a bare `shardopt`: the help, as click shows it
+            click.echo(exc.format_message(), err=True)
+            sys.exit(EXIT_INPUT)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx is not None else "shardopt"
+            click.echo(f"error: {command}: {one_line(exc.format_message())}"
+                       f" (see {command} --help)", err=True)
+            sys.exit(EXIT_INPUT)
+        except ShardoptError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            click.echo("interrupted: nothing was written", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away (| head): not an error of ours
+            sys.exit(0)
+        except click.ClickException as exc:
+            click.echo(f"error: {one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
+            if os.environ.get("SHARDOPT_DEBUG"):
+                raise
+            click.echo(f"error: internal error, please report it: {type(exc).__name__}:"
+                       f" {one_line(exc)[:300]} (SHARDOPT_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx):
+        # click turns KeyboardInterrupt into Abort after printing a blank line; keep it one line.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted("nothing was written") from None
+
+
+def command_line() -> str:
+    """The command as typed, for headers of generated files."""
+    return " ".join(["shardopt"] + sys.argv[1:])
+
+
+
+@click.group(name="shardopt", cls=ShardoptGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES_HELP)
+@click.version_option(__version__, prog_name="shardopt")
+def main() -> None:
+    """Shard embedding tables of DLRM models over GPUs or CPU ranks, and check the plans."""

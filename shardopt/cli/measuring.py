@@ -1,0 +1,201 @@
+"""Commands that measure: profile, train, replay, bench."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from shardopt.cli.app import Interrupted, command_line, main
+from shardopt.cli.options import (
+    SEED, TIME_LIMIT,
+)
+from shardopt.core.errors import ShardoptError
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--preset", type=click.Choice(["unit", "smoke", "full"]), default="smoke", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "fbgemm", "torch"]),
+    default="auto",
+    show_default=True,
+    help="Lookup kernel: FBGEMM's TBE, or the torch-native one (auto: FBGEMM when installed).",
+)
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Dataset folder; rerunning with the same folder resumes.")
+def profile(device: str, preset: str, backend: str, seed: int, output: Path) -> None:
+    """Measure embedding kernels and all-to-all on this machine into a profile dataset.
+
+    Under torchrun, only all-to-all is measured, at the launcher's world size (NCCL on GPUs).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
+    from shardopt.core.files import check_output_folder
+    from shardopt.profile.sweep import run_sweep
+
+    check_output_folder(output)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ShardoptError("--device cuda: no CUDA device is visible to torch here")
+    try:
+        result = run_sweep(str(output), preset=preset, device=device, backend=backend, seed=seed)
+    except KeyboardInterrupt:
+        raise Interrupted(f"measured points are kept in {output}; rerun to resume") from None
+    except RuntimeError as exc:
+        raise ShardoptError(f"--backend {backend}: {exc}") from None
+    click.echo(
+        f"{output}: measured {result.measured} points ({result.skipped} already there)"
+        f" in {result.seconds:.1f} s"
+    )
+
+
+@main.command()
+@click.argument("profile_dir", metavar="PROFILE", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Model file to write (JSON).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--epochs", type=click.IntRange(1, 100_000), default=300, show_default=True)
+@click.option("--hardware", help="Hardware profile the data was measured on [from the manifest].")
+def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str | None) -> None:
+    """Calibrate the analytic model and train the learned one on PROFILE; print held-out error."""
+    from shardopt.costmodel.store import save_model
+    from shardopt.costmodel.train import train_model
+    from shardopt.core.files import check_output
+
+    check_output(output, inputs=[profile_dir], suffixes=(".json",))
+    started = time.perf_counter()
+    parts, report = train_model(profile_dir, seed=seed, epochs=epochs, hardware=hardware)
+    save_model(output, parts, report)
+    err = report["held_out_mape"]
+    click.echo(
+        f"wrote {output}: trained on {report['train_kernels']} kernels in"
+        f" {time.perf_counter() - started:.1f} s; held-out MAPE over {report['held_out_kernels']}"
+        f" kernels: learned {err['learned']:.1%}, calibrated analytic {err['analytic-calibrated']:.1%}"
+    )
+
+
+@main.command()
+@click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path),
+              help="Profile dataset whose all-to-all points give the communication times"
+              " [default: the workload's declared bandwidths].")
+@click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch"]), default="auto",
+              show_default=True)
+@click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: str, iters: int,
+           warmup: int, seed: int, as_json: bool) -> None:
+    """Measure PLAN's per-rank cost on this machine's kernels, beside its prediction."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
+    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.arithmetic.checks import read_checked
+    from shardopt.measure.replay import replay_plan
+    from shardopt.measure.replay_report import replay_json, replay_table
+    from shardopt.measure.replay import profiled_comm
+
+    wl, _, plan_obj = read_checked(workload, plan_file)
+    comm = None
+    if comm_profile is not None:
+        comm = profiled_comm(comm_profile, wl.topology.world_size)
+    predicted = plan_obj.predicted
+    if predicted is None:
+        per_rank = AnalyticCostModel().breakdown(wl, plan_obj.tables)
+        predicted_name, predicted_ranks = "analytic-v0", per_rank
+    else:
+        predicted_name, predicted_ranks = predicted.cost_model, list(predicted.per_rank)
+    started = time.perf_counter()
+    try:
+        result = replay_plan(
+            wl, plan_obj, backend=backend, warmup=warmup, iters=iters, seed=seed, comm=comm,
+            progress=None if as_json else lambda r: click.echo(f"  rank {r} measured", err=True),
+        )
+    except RuntimeError as exc:
+        raise ShardoptError(f"--backend {backend}: {exc}") from None
+    elapsed = time.perf_counter() - started
+    if as_json:
+        click.echo(replay_json(result, predicted_name, predicted_ranks))
+    else:
+        click.echo(replay_table(wl, result, predicted_name, predicted_ranks))
+        click.echo(f"replayed in {elapsed:.1f} s")
+
+
+@main.command()
+@click.option("--suite", type=click.Choice(["unit", "ci", "full"]), default="ci", show_default=True)
+@click.option("--planners", default=None,
+              help="Comma-separated planners [default: all for full; shardopt and the baselines for ci].")
+@click.option("--rounds", type=click.IntRange(0, 1000), default=0, show_default=True,
+              help="Interleaved replay rounds (0: predicted only, as the CI gate runs).")
+@click.option("--time-limit", type=TIME_LIMIT, default=5.0, show_default=True)
+@click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Baseline to gate against: exit 1 with a table when a task regresses.")
+@click.option("--update", is_flag=True, help="Rewrite the --check baseline with this run.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for report.md, plots and results.json.")
+def bench(suite: str, planners: str | None, rounds: int, time_limit: float, check_file: Path | None,
+          update: bool, output: Path | None) -> None:
+    """Run planners side by side on a benchmark suite; report, and gate against a baseline."""
+    import json
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    from shardopt.bench.suite import PLANNERS, entries_to_json, run_suite
+    from shardopt.bench.tasks import suite_tasks
+    from shardopt.core.files import check_output, check_output_folder
+
+    if update and check_file is None:
+        raise ShardoptError("--update: needs --check FILE, the baseline to rewrite")
+    if output is not None:
+        check_output_folder(output, inputs=[] if update else [check_file])
+    if check_file is not None:
+        from shardopt.bench.gate import read_baseline
+
+        if update:
+            check_output(check_file, option="--check", suffixes=(".json",))
+        else:
+            read_baseline(check_file)  # a bad baseline fails now, not after the run
+    chosen = tuple(planners.split(",")) if planners else (
+        PLANNERS if suite == "full" else ("shardopt", "size-greedy", "lookup-greedy"))
+    unknown = [p for p in chosen if p not in PLANNERS]
+    if unknown:
+        raise ShardoptError(f"--planners: unknown {', '.join(unknown)}; known: {', '.join(PLANNERS)}")
+    tasks = suite_tasks(suite)
+    started = time.perf_counter()
+    entries, plans = run_suite(tasks, chosen, rounds=rounds, time_limit_s=time_limit,
+                               progress=lambda m: click.echo(m, err=True))
+    click.echo(f"{len(tasks)} tasks x {len(chosen)} planners in {time.perf_counter() - started:.0f} s", err=True)
+    if output is not None:
+        from shardopt.bench.report import write_report
+        from shardopt.core.files import write_atomic
+
+        output.mkdir(exist_ok=True)
+        write_atomic(output / "results.json", json.dumps(entries_to_json(entries), indent=1) + "\n")
+        path = write_report(entries, plans, tasks, output, command_line())
+        click.echo(f"wrote {path}")
+    if check_file is not None:
+        from shardopt.bench.gate import check, read_baseline, write_baseline
+
+        if update:
+            write_baseline(check_file, entries, suite)
+            click.echo(f"wrote the baseline {check_file}")
+            return
+        ok, table = check(entries, read_baseline(check_file))
+        click.echo(table)
+        if not ok:
+            click.echo(f"plan-quality gate FAILED against {check_file}", err=True)
+            sys.exit(1)
+        click.echo(f"plan-quality gate passed against {check_file}")
