@@ -129,7 +129,7 @@ def test_cli_plans_with_the_ilp(runner, tmp_path):
 
 
 def test_symmetry_breaking_keeps_the_relabelled_warm_start_feasible():
-    from shardopt.search.ilp import _Model
+    from shardopt.search.ilp_model import IlpModel as _Model
     from shardopt.search.repair import movable
 
     from dataclasses import replace

@@ -59,7 +59,7 @@ def test_the_greedy_hint_is_completed_to_a_whole_solution():
     from shardopt.search.candidates import table_candidates
     from shardopt.search.greedy import GreedySearch
     from shardopt.search.candidates import piece_costs
-    from shardopt.search.ilp import _Model
+    from shardopt.search.ilp_model import IlpModel as _Model
     from shardopt.contracts import CRITICAL_PATH
 
     workload = suite_tasks("unit")[0].workload

@@ -147,35 +147,44 @@ def _place(
     choice: dict[str, int],
     order: Order,
 ) -> tuple[TablePlan, ...]:
-    topo = workload.topology
+    """Fixed pieces first (no choice of rank), then host-bound cuts, then free pieces."""
     ranks = _Ranks.empty(workload)
     assigned: dict[str, list[int]] = {}
-
-    def add(rank: int, kind: str, cost: ShardCost) -> None:
-        ranks.take(rank, kind, cost)
-
-    def load_with(rank: int, kind: str, cost: ShardCost) -> float:
-        kinds = set(ranks.kinds[rank]) | {kind}
-        return ranks.load_ms[rank] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
-
-    # Fixed pieces (row-wise, data-parallel) have no choice of rank: they go first.
     names = [t.name for t in workload.tables]
-    for name in names:
-        cand, pcosts = candidates[name][choice[name]], costs[name][choice[name]]
+    chosen = {name: (candidates[name][choice[name]], costs[name][choice[name]]) for name in names}
+    _place_fixed(ranks, chosen, assigned)
+    _place_host_bound(workload, model, ranks, chosen, assigned)
+    _place_free(workload, model, ranks, chosen, assigned, order)
+    _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
+    return tuple(
+        _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
+    )
+
+
+def _load_with(workload: Workload, model: CostModel, ranks: _Ranks, rank: int, kind: str, cost: ShardCost) -> float:
+    kinds = set(ranks.kinds[rank]) | {kind}
+    return ranks.load_ms[rank] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
+
+
+def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]]) -> None:
+    """Fixed pieces (row-wise, data-parallel) have no choice of rank."""
+    for name, (cand, pcosts) in chosen.items():
         if cand.placement != "fixed":
             continue
         for rank, cost in enumerate(pcosts):
             if not ranks.room(rank, cost):
                 raise _Unplaceable(name, cost.hbm_bytes, rank, ranks.free_bytes[rank])
-            add(rank, cand.sharding_type, cost)
+            ranks.take(rank, cand.sharding_type, cost)
             if cand.replicated_rows:
                 ranks.kinds[rank]["data_parallel"] += 1  # the hot replica is a kernel of its own
         assigned[name] = list(range(len(pcosts)))
 
-    # Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank.
+
+def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned) -> None:
+    """Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank."""
+    topo = workload.topology
     local = topo.ranks_per_host
-    for name in names:
-        cand, pcosts = candidates[name][choice[name]], costs[name][choice[name]]
+    for name, (cand, pcosts) in chosen.items():
         if cand.placement != "host":
             continue
         best: tuple[float, int, list[int]] | None = None
@@ -184,44 +193,41 @@ def _place(
             trial = _fit_on(ranks, host_ranks, pcosts, cand.sharding_type == "table_row_wise")
             if trial is None:
                 continue
-            peak = max(load_with(r, cand.sharding_type, c) for r, c in zip(trial, pcosts))
+            peak = max(_load_with(workload, model, ranks, r, cand.sharding_type, c) for r, c in zip(trial, pcosts))
             if best is None or peak < best[0]:
                 best = (peak, host, trial)
         if best is None:
             roomiest = _roomiest(ranks)
             raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, ranks.free_bytes[roomiest])
         for rank, cost in zip(best[2], pcosts):
-            add(rank, cand.sharding_type, cost)
+            ranks.take(rank, cand.sharding_type, cost)
         assigned[name] = best[2]
 
-    # Free pieces, heaviest first (by cost, or by bytes when memory is what binds).
+
+def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned, order: Order) -> None:
+    """Free pieces, heaviest first (by cost, or by bytes when memory is what binds)."""
     free = [
         (name, i, cost)
-        for name in names
-        if candidates[name][choice[name]].placement == "free"
-        for i, cost in enumerate(costs[name][choice[name]])
+        for name, (cand, pcosts) in chosen.items()
+        if cand.placement == "free"
+        for i, cost in enumerate(pcosts)
     ]
     key = (lambda x: (-x[2].total_ms, x[0], x[1])) if order == "cost" else (
         lambda x: (-x[2].hbm_bytes, -x[2].total_ms, x[0], x[1])
     )
     free.sort(key=key)
     for name, i, cost in free:
-        kind = candidates[name][choice[name]].sharding_type
+        kind = chosen[name][0].sharding_type
         taken = set(assigned.get(name, []))
-        fits = [r for r in range(topo.world_size) if ranks.room(r, cost)]
+        fits = [r for r in range(workload.topology.world_size) if ranks.room(r, cost)]
         if not fits:
             roomiest = _roomiest(ranks)
             raise _Unplaceable(name, cost.hbm_bytes, roomiest, ranks.free_bytes[roomiest])
         # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
         pool = [r for r in fits if r not in taken] or fits
-        rank = min(pool, key=lambda r: (load_with(r, kind, cost), r))
-        add(rank, kind, cost)
+        rank = min(pool, key=lambda r: (_load_with(workload, model, ranks, r, kind, cost), r))
+        ranks.take(rank, kind, cost)
         assigned.setdefault(name, []).append(rank)
-
-    _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
-    return tuple(
-        _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
-    )
 
 
 def _roomiest(ranks: _Ranks) -> int:

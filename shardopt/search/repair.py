@@ -114,6 +114,108 @@ class _State:
 
 
 
+class _Mover:
+    """One repair run: the plan's state, the shards' costs alone, and the evaluations used."""
+
+    def __init__(self, workload: Workload, model: CostModel, tables, objective: Objective,
+                 evaluations: int, deadline: float) -> None:
+        self.workload, self.model, self.objective = workload, model, objective
+        self.state = _State(workload, model, tables)
+        self.evaluations, self.deadline, self.used = evaluations, deadline, 0
+        self.shard_alone: dict[tuple[int, int], Phases] = {}
+
+    def alone(self, item: tuple[int, int], weights: Phases) -> float:
+        """The shard's cost priced alone, its phases weighted."""
+        if item not in self.shard_alone:
+            state = self.state
+            tp = state.tables[item[0]]
+            shard = tp.shards[item[1]]
+            cost = self.model.shard_cost(self.workload, ShardSpec(
+                state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
+                tp.compute_kernel, tp.cache_load_factor))
+            self.shard_alone[item] = rank_phases(cost)
+        return sum(w * x for w, x in zip(weights, self.shard_alone[item]))
+
+    def fits(self, item: tuple[int, int], src: int, dest: int, back: tuple[int, int] | None = None) -> bool:
+        state, topo = self.state, self.workload.topology
+        hbm, ddr = state._memory(item[0], state.tables[item[0]].shards[item[1]])
+        back_hbm, back_ddr = state._memory(back[0], state.tables[back[0]].shards[back[1]]) if back else (0, 0)
+        if state.hbm[dest] + hbm - back_hbm > topo.hbm_cap:
+            return False
+        if back and state.hbm[src] + back_hbm - hbm > topo.hbm_cap:
+            return False
+        if topo.ddr_cap is not None and topo.host_of(src) != topo.host_of(dest):
+            if state.ddr[topo.host_of(dest)] + ddr - back_ddr > topo.ddr_cap:
+                return False
+            if back and state.ddr[topo.host_of(src)] + back_ddr - ddr > topo.ddr_cap:
+                return False
+        return True
+
+    def allowed(self, item: tuple[int, int], dest: int) -> bool:
+        tp = self.state.tables[item[0]]
+        where = movable(self.workload, tp)
+        if where is None:
+            return False
+        src = tp.shards[item[1]].rank
+        topo = self.workload.topology
+        if where == "host" and topo.host_of(src) != topo.host_of(dest):
+            return False
+        # Pieces of one table stay on distinct ranks: co-located pieces are one bigger piece.
+        return all(s.rank != dest for j, s in enumerate(tp.shards) if j != item[1])
+
+    def out_of_budget(self) -> bool:
+        return self.used >= self.evaluations or time.perf_counter() >= self.deadline
+
+    def best_move(self) -> tuple[float, list, dict] | None:
+        """The best improving move or swap of the heaviest shard that has one, or None.
+
+        Off the bottleneck rank, or off each phase's slowest rank with shards weighed by the
+        phases it is slowest in: a rank slowest in lookups sheds lookups, a swap brings traffic.
+        """
+        state = self.state
+        score = self.objective.score(state.load)
+        for worst, k in self.objective.sources(state.load):
+            items = sorted(state.on_rank[worst], key=lambda it: (-self.alone(it, k), it))[:MAX_SHARDS_TRIED]
+            dests = sorted((r for r in range(len(state.load)) if r != worst),
+                           key=lambda r: (sum(state.load[r]), r))[:MAX_DESTINATIONS]
+            for item in items:
+                if self.out_of_budget():
+                    break
+                best = self._best_for(item, worst, k, dests, score)
+                if best is not None:
+                    return best  # the heaviest shard that can move: take its best move, then look again
+        return None
+
+    def _best_for(self, item, worst: int, k: Phases, dests, score: float) -> tuple[float, list, dict] | None:
+        state, best = self.state, None
+        for dest in dests:
+            if not self.allowed(item, dest):
+                continue
+            # A plain move, and failing that a swap with a lighter shard of the destination.
+            trials = [None] + sorted(
+                (b for b in state.on_rank[dest] if self.alone(b, k) < self.alone(item, k) and self.allowed(b, worst)),
+                key=lambda b: (-self.alone(b, k), b),
+            )[:3]
+            for back in trials:
+                if not self.fits(item, worst, dest, back):
+                    continue
+                moved = {item: dest, **({back: worst} if back else {})}
+                src_items = [it for it in state.on_rank[worst] if it != item] + ([back] if back else [])
+                dst_items = [it for it in state.on_rank[dest] if it != back] + [item]
+                new_src = state.rank_load(worst, src_items, moved)
+                new_dst = state.rank_load(dest, dst_items, moved)
+                self.used += 2
+                trial = list(state.load)
+                trial[worst], trial[dest] = new_src, new_dst
+                new_score = self.objective.score(trial)
+                if new_score < score - _EPS and (best is None or new_score < best[0] - _EPS):
+                    trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
+                    best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
+                if back is None and best is not None and best[1][0][:2] == item:
+                    break  # a plain move of this shard works; no need to try swaps for it
+        return best
+
+
 def repair_bottleneck(
     workload: Workload,
     model: CostModel,
@@ -130,100 +232,18 @@ def repair_bottleneck(
     """
     evaluations = int(time_budget_s * EVALS_PER_SECOND)
     deadline = deadline if deadline is not None else float("inf")
-    state = _State(workload, model, tables)
-    topo = workload.topology
+    mover = _Mover(workload, model, tables, objective, evaluations, deadline)
+    state = mover.state
     before = BOTTLENECK.score(state.load)
     before_score = objective.score(state.load)
     moves = 0
-    shard_alone: dict[tuple[int, int], Phases] = {}
-
-    def alone(item: tuple[int, int], weights: Phases) -> float:
-        """The shard's cost priced alone, its phases weighted."""
-        if item not in shard_alone:
-            tp = state.tables[item[0]]
-            shard = tp.shards[item[1]]
-            cost = model.shard_cost(workload, ShardSpec(
-                state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                tp.compute_kernel, tp.cache_load_factor))
-            shard_alone[item] = rank_phases(cost)
-        return sum(w * x for w, x in zip(weights, shard_alone[item]))
-
-    def fits(item: tuple[int, int], src: int, dest: int, back: tuple[int, int] | None = None) -> bool:
-        hbm, ddr = state._memory(item[0], state.tables[item[0]].shards[item[1]])
-        back_hbm, back_ddr = state._memory(back[0], state.tables[back[0]].shards[back[1]]) if back else (0, 0)
-        if state.hbm[dest] + hbm - back_hbm > topo.hbm_cap:
-            return False
-        if back and state.hbm[src] + back_hbm - hbm > topo.hbm_cap:
-            return False
-        if topo.ddr_cap is not None and topo.host_of(src) != topo.host_of(dest):
-            if state.ddr[topo.host_of(dest)] + ddr - back_ddr > topo.ddr_cap:
-                return False
-            if back and state.ddr[topo.host_of(src)] + back_ddr - ddr > topo.ddr_cap:
-                return False
-        return True
-
-    def allowed(item: tuple[int, int], dest: int) -> bool:
-        tp = state.tables[item[0]]
-        where = movable(workload, tp)
-        if where is None:
-            return False
-        src = tp.shards[item[1]].rank
-        if where == "host" and topo.host_of(src) != topo.host_of(dest):
-            return False
-        # Pieces of one table stay on distinct ranks: co-located pieces are one bigger piece.
-        return all(s.rank != dest for j, s in enumerate(tp.shards) if j != item[1])
-
-    used = 0
-
-    def out_of_budget() -> bool:
-        return used >= evaluations or time.perf_counter() >= deadline
-
-    while moves < max_moves and not out_of_budget():
-        score = objective.score(state.load)
-        best: tuple[float, list, dict] | None = None
-        # Off the bottleneck rank, or off each phase's slowest rank with shards weighed by the
-        # phases it is slowest in: a rank slowest in lookups sheds lookups, a swap brings traffic.
-        for worst, k in objective.sources(state.load):
-            items = sorted(state.on_rank[worst], key=lambda it: (-alone(it, k), it))[:MAX_SHARDS_TRIED]
-            dests = sorted((r for r in range(len(state.load)) if r != worst),
-                           key=lambda r: (sum(state.load[r]), r))[:MAX_DESTINATIONS]
-            for item in items:
-                if out_of_budget():
-                    break
-                for dest in dests:
-                    if not allowed(item, dest):
-                        continue
-                    # A plain move, and failing that a swap with a lighter shard of the destination.
-                    trials = [None] + sorted(
-                        (b for b in state.on_rank[dest] if alone(b, k) < alone(item, k) and allowed(b, worst)),
-                        key=lambda b: (-alone(b, k), b),
-                    )[:3]
-                    for back in trials:
-                        if not fits(item, worst, dest, back):
-                            continue
-                        moved = {item: dest, **({back: worst} if back else {})}
-                        src_items = [it for it in state.on_rank[worst] if it != item] + ([back] if back else [])
-                        dst_items = [it for it in state.on_rank[dest] if it != back] + [item]
-                        new_src = state.rank_load(worst, src_items, moved)
-                        new_dst = state.rank_load(dest, dst_items, moved)
-                        used += 2
-                        trial = list(state.load)
-                        trial[worst], trial[dest] = new_src, new_dst
-                        new_score = objective.score(trial)
-                        if new_score < score - _EPS and (best is None or new_score < best[0] - _EPS):
-                            trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
-                            best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
-                        if back is None and best is not None and best[1][0][:2] == item:
-                            break  # a plain move of this shard works; no need to try swaps for it
-                if best is not None:
-                    break  # the heaviest shard that can move: take its best move, then look again
-            if best is not None:
-                break
+    while moves < max_moves and not mover.out_of_budget():
+        best = mover.best_move()
         if best is None:
             break
         state.apply(best[1], best[2])
         moves += 1
-    cut = time.perf_counter() >= deadline and used < evaluations and moves < max_moves
+    cut = time.perf_counter() >= deadline and mover.used < evaluations and moves < max_moves
     return RepairResult(tuple(state.tables), moves, before, BOTTLENECK.score(state.load), cut,
                         before_score, objective.score(state.load))
 
