@@ -11,7 +11,7 @@ TorchRec printed, by step (critical path) and by bottleneck rank.
 Variants: ``analytic`` (shardopt's default), ``learned``, ``analytic@FILE`` and ``learned@FILE``
 (either model of another model file, e.g. one trained on a new profile), ``scale:K`` (compute times K: how the
 plan moves if the machine is slower than the profile), ``critical-path`` / ``bottleneck`` (the default model
-under either objective, ``shardopt/search/objective.py``),
+under either objective, ``shardopt/contracts.py``),
 ``ensemble`` (compute averaged over the analytic and learned models).
 """
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated, Literal, Optional, Protocol, Sequence
 
-from pydantic import Field
+from pydantic import Field, Strict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from shardopt.core.plan import RankBreakdown, TablePlan
@@ -166,7 +166,7 @@ class PlanConfig:
     """
 
     search: SearchName = "ilp"
-    time_limit_s: Annotated[float, Field(gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)] = DEFAULT_TIME_LIMIT_S
+    time_limit_s: Annotated[float, Strict(), Field(gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)] = DEFAULT_TIME_LIMIT_S
     candidates: CandidateSet = DEFAULT_CANDIDATES
     objective: ObjectiveName = "critical-path"
     cost_model: str = "analytic"

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-DATA = Path(__file__).parent / "data"
-CONFIGS = Path(__file__).parent.parent / "configs"
+ROOT = Path(__file__).parent.parent
+DATA = ROOT / "tests" / "data"
+CONFIGS = ROOT / "configs"
+PACKAGED_PROFILE = ROOT / "shardopt" / "data" / "profiles" / "cpu-full"
 
 
 @pytest.fixture

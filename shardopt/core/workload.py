@@ -85,7 +85,8 @@ Fraction = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
 # Bucket weights are relative; 1e-9..1e9 keeps their normalised probabilities representable.
 MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
 Weight = Annotated[float, Strict(), Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)]
-Size = Annotated[int, BeforeValidator(parse_size)]
+# An integer of bytes, or a string such as "80GB" (the JSON Schema says both).
+Size = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=Union[int, str])]
 EmbeddingDim = Annotated[int, Strict(), Field(gt=0, le=MAX_DIM), AfterValidator(_multiple_of_4)]
 Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
 FileStem = Annotated[str, Strict(), Field(min_length=1, max_length=200), AfterValidator(_file_stem)]

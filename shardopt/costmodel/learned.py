@@ -8,7 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.contracts import ShardSpec
-from shardopt.costmodel.analytic import AnalyticCostModel, rank_comm_from_all_to_all
+from shardopt.arithmetic.traffic import rank_comm_from_all_to_all
+from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
 from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels

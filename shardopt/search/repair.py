@@ -4,7 +4,7 @@ The ILP and the greedy add up shard costs, but a fused rank's cost is not additi
 collective overheads depend on which kinds a rank holds, and a learned model prices a rank's
 shards together. So after a search, each rank is re-scored as the model sees it, and shards are
 moved off (or swapped with a lighter shard from) the bottleneck rank while that lowers the
-bottleneck. Under the critical-path objective (``objective.py``) the score is the sum over
+bottleneck. Under the critical-path objective (``shardopt/contracts.py``) the score is the sum over
 phases of each phase's slowest rank, and moves are tried off each phase's slowest rank, shards
 weighed by that phase. Only the moved shards' two ranks are re-scored per trial, so it scales to
 1000 tables on 128 ranks within a budget.

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, ROOT
 
-ROOT = Path(__file__).parent.parent
 PROFILE = ROOT / "shardopt" / "data" / "profiles" / "cpu-full"
 SHARDOPT = [sys.executable, "-m", "shardopt"]
 # Heavy imports (torch, ortools) happen inside a command, after the handlers are in place; the

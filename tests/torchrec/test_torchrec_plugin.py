@@ -35,6 +35,7 @@ SHARDERS = [EmbeddingBagCollectionSharder()]
 
 
 @pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.slow
 def test_dmp_trained_with_shardopt_plan_matches_an_unsharded_model(world):
     results = run_check(world)
     kinds = {kind for kind, _ in results[0].sharding.values()}

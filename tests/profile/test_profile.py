@@ -5,11 +5,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import PACKAGED_PROFILE, run_cli
 from shardopt.profile import comm as comm_module
 from shardopt.profile.dataset import ProfileDataset, point_key
 from shardopt.profile.sweep import build_sweep
@@ -24,7 +23,7 @@ def unit_dataset(tmp_path_factory):
     return ProfileDataset(folder)
 
 
-PACKAGED_PROFILE = Path(__file__).parent.parent / "shardopt" / "data" / "profiles" / "cpu-full"
+
 
 
 def test_unit_profile_has_singles_fused_and_all_to_all(unit_dataset):

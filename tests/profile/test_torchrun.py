@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_profile_under_torchrun_measures_launcher_world(tmp_path):
     out = tmp_path / "p"
     cmd = [

@@ -2,12 +2,11 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, DATA, run_cli
+from conftest import CONFIGS, DATA, PACKAGED_PROFILE, run_cli
 from shardopt.costmodel.calibrate import calibrate
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
 from shardopt.costmodel.registry import embedded_model_path
@@ -15,7 +14,7 @@ from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS
 from shardopt.core.hardware import hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
 
-PROFILE = Path(__file__).parent.parent / "shardopt" / "data" / "profiles" / "cpu-full"
+PROFILE = PACKAGED_PROFILE
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,24 @@ def test_torch_backend_refuses_uvm():
         build_kernel("torch", SPECS, location="uvm")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_torch_kernel_trains_on_cuda_as_on_cpu():
+    """The torch-native backend (what a GPU without FBGEMM is profiled with) computes the same
+    forward output and row-wise Adagrad update on CUDA as on CPU."""
+    torch.manual_seed(0)
+    cpu = build_kernel("torch", SPECS)
+    gpu = build_kernel("torch", SPECS, device="cuda")
+    gpu.set_weights([w.cuda() for w in cpu.weights()])
+    indices, offsets = _inputs()
+    grad = torch.randn(6, sum(s.dim for s in SPECS))
+    out_cpu = _step(cpu, indices, offsets, grad)
+    out_gpu = _step(gpu, indices.cuda(), offsets.cuda(), grad.cuda())
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, rtol=1e-5, atol=1e-6)
+    for a, b in zip(gpu.weights(), cpu.weights()):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
+
+
 def test_measured_precision_falls_back_where_fbgemm_cannot_train():
     assert measured_precision("fp32", "cpu") == "fp32"
     assert measured_precision("int8", "cpu") == "fp16"

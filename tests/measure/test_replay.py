@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA, run_cli
 from shardopt.profile.bags import sample_bags
 from shardopt.core.plan import Shard, read_plan
-from shardopt.costmodel.analytic import rank_comm_bytes
+from shardopt.arithmetic.traffic import rank_comm_bytes
 from shardopt.measure.replay import DeclaredBandwidthComm, ProfiledComm, _rank_bags
 from shardopt.core.workload import read_workload
 
