@@ -173,6 +173,10 @@ class Table:
     compute_kernels: Optional[Annotated[
         tuple[Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"], ...], Field(min_length=1)
     ]] = None
+    # The narrowest column-wise shard, in columns (ParameterConstraints.min_partition).
+    min_partition: Optional[Annotated[int, Strict(), Field(gt=0, le=MAX_DIM)]] = None
+    # A fixed HBM share for fused_uvm_caching (CacheParams.load_factor); shardopt chooses it otherwise.
+    cache_load_factor: Optional[Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]] = None
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -253,6 +257,8 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
     seen_tables: dict[str, int] = {}
     seen_features: dict[str, int] = {}
     cluster = topo.world_size * topo.hbm_cap
+    if topo.compute_device == "cuda" and topo.ddr_cap:
+        cluster += topo.num_hosts * topo.ddr_cap  # UVM tiers keep rows in host memory
     for i, table in enumerate(workload.tables):
         if table.name in seen_tables:
             errors.append(
@@ -288,7 +294,9 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
                     f"tables[{i}]",
                     f"table {table.name!r} needs {format_bytes(need)} (weights + optimizer state),"
                     f" more than the whole cluster's {format_bytes(cluster)}"
-                    f" ({topo.world_size} ranks x hbm_cap {format_bytes(topo.hbm_cap)})",
+                    f" ({topo.world_size} ranks x hbm_cap {format_bytes(topo.hbm_cap)}"
+                    + (f", and ddr_cap {format_bytes(topo.ddr_cap)} per host" if cluster > topo.world_size * topo.hbm_cap else "")
+                    + ")",
                 )
             )
     return errors

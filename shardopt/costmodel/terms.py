@@ -152,6 +152,10 @@ def shard_terms(
     near = min(near, hit)
     in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
+    # Rows left in host memory (UVM) do not stay in the GPU's caches from one iteration to the
+    # next (the backward writes them back over the host link): each distinct row drawn is read
+    # over the link once per iteration, however small the table.
+    host_miss_bytes = unique * row_bytes * (1 - in_memory)
     # The backward pass updates each drawn row less than an iteration after the forward read it:
     # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
     update_hit = min(1.0, llc_time)
@@ -172,7 +176,7 @@ def shard_terms(
         hit_bytes=lookups * row_bytes * near,
         llc_bytes=lookups * row_bytes * (hit - near),
         accum_bytes=lookups * cols * OUTPUT_BYTES,  # summing each looked-up row into its bag
-        uvm_miss_bytes=miss_bytes * (1 - in_memory),
+        uvm_miss_bytes=host_miss_bytes,
         out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),  # a pooled row per feature
         miss_bytes_far=miss_bytes * in_memory * far,
     )
@@ -185,7 +189,7 @@ def shard_terms(
         out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),
         accum_bytes=lookups * cols * OUTPUT_BYTES,
         update_hit_bytes=update_bytes * update_hit,
-        uvm_update_bytes=update_miss * (1 - in_memory),
+        uvm_update_bytes=update_bytes * (1 - in_memory),  # written back to host memory each iteration
         update_bytes_far=update_miss * in_memory * far,
     )
     bwd["update_bytes_half" if half else f"update_bytes_d{dim_class(cols)}"] = update_miss * in_memory

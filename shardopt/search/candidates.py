@@ -17,10 +17,12 @@ Beyond TorchRec's kinds over all ranks, three come from the research:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from functools import lru_cache
+from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
 from shardopt.arithmetic.access import row_buckets
+from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
 from shardopt.contracts import ShardSpec
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
@@ -103,9 +105,11 @@ def _col_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
 
 def column_splits(table: Table, max_parts: int) -> list[int]:
     """Powers of two k >= 2, up to ``max_parts``, whose shards keep at least MIN_CW_DIM columns."""
+    narrowest = max(MIN_CW_DIM, table.min_partition or 0)
     out, k = [], 2
     while k <= max_parts and table.embedding_dim // k >= MIN_CW_DIM:
-        out.append(k)
+        if min(split_evenly(table.embedding_dim, k, unit=4)) >= narrowest:
+            out.append(k)
         k *= 2
     return out
 
@@ -186,16 +190,17 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
     if "table_wise" in allowed:
         # A one-piece column or row cut is table-wise under another name.
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
-    # Tiers need host memory for the cold rows: only with a declared ddr_cap.
-    if topo.compute_device == "cuda" and topo.ddr_cap and size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE:
-        out += _tiered(table, out)
+    out += _uvm_tiers(workload, table, size, out)
     if table.compute_kernels is not None:
+        if "fused" not in table.compute_kernels and "dense" in table.compute_kernels:
+            # TorchRec runs any sharding type with the dense (unfused) kernel: same bytes, same lookups.
+            out = [replace(c, compute_kernel="dense") if c.compute_kernel == "fused" else c for c in out]
         kept = [c for c in out if c.compute_kernel in table.compute_kernels]
         if not kept:
             raise ShardoptError(
                 f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
-                f" {list(table.compute_kernels)} (shardopt plans fused, fused_uvm_caching, and dense"
-                " for data_parallel)", kind=ErrorKind.INFEASIBLE,
+                f" {list(table.compute_kernels)} (shardopt plans fused, fused_uvm and fused_uvm_caching"
+                " on cuda with a ddr_cap, and dense for data_parallel)", kind=ErrorKind.INFEASIBLE,
             )
         out = kept
     return out
@@ -220,17 +225,43 @@ def _hot_rows(workload: Workload, table: Table) -> list[Candidate]:
     return out
 
 
-def _tiered(table: Table, cuts: list[Candidate]) -> list[Candidate]:
-    """RecShard's hot/cold tiers of the table's one-piece (or, failing that, first) cut."""
+def _uvm_tiers(workload: Workload, table: Table, size: int, cuts: list[Candidate]) -> list[Candidate]:
+    """Host-memory tiers (they need a declared ddr_cap, on cuda).
+
+    With access statistics, RecShard's hot/cold tiers read off them (tables big enough to
+    matter). Without (uniform access: no hot set to read), when HBM is short or the table's kernels
+    ask for UVM, TorchRec's default cache share and plain UVM. A fixed ``cache_load_factor`` (the
+    user's CacheParams.load_factor) replaces the chosen shares.
+    """
+    topo = workload.topology
+    if topo.compute_device != "cuda" or not topo.ddr_cap:
+        return []
     base = next((c for c in cuts if len(c.pieces) == 1 and c.sharding_type != "data_parallel"), None)
     base = base or next((c for c in cuts if c.sharding_type != "data_parallel"), None)
     if base is None:
         return []
-    return [
+    factors = cache_load_factors(table) if size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE else []
+    plain = False
+    wants_uvm = table.compute_kernels is not None and "fused" not in table.compute_kernels
+    if not factors and (wants_uvm or size > topo.hbm_cap or _hbm_short(workload)):
+        factors, plain = [UVM_CACHE_LOAD_FACTOR], True
+    if table.cache_load_factor is not None:
+        factors = [table.cache_load_factor]
+    out = [
         Candidate(table.name, base.sharding_type, base.pieces, base.placement,
                   compute_kernel="fused_uvm_caching", cache_load_factor=factor)
-        for factor in cache_load_factors(table)
+        for factor in factors
     ]
+    if plain:
+        out.append(Candidate(table.name, base.sharding_type, base.pieces, base.placement, compute_kernel="fused_uvm"))
+    return out
+
+
+@lru_cache(maxsize=16)
+def _hbm_short(workload: Workload) -> bool:
+    """Whether the tables' weights and optimizer state exceed the cluster's HBM."""
+    total = sum(shard_bytes(workload.optimizer, t, t.num_embeddings, t.embedding_dim) for t in workload.tables)
+    return total > workload.topology.hbm_cap * workload.topology.world_size
 
 
 def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:

@@ -3,15 +3,23 @@
 Imported lazily, so the rest of shardopt does not need TorchRec installed.
 """
 
-__all__ = ["ShardoptPlanner", "ShardoptEstimator", "workload_from_module", "module_from_workload",
+__all__ = ["ShardoptPlanner", "ShardoptEstimator", "ShardoptPlannerError", "workload_from_module", "module_from_workload",
            "to_sharding_plan", "from_sharding_plan"]
 
 
 def __getattr__(name):
-    if name in ("ShardoptPlanner", "ShardoptEstimator"):
-        from shardopt.torchrec import planner
+    if name == "ShardoptPlanner":
+        from shardopt.torchrec.planner import ShardoptPlanner
 
-        return getattr(planner, name)
+        return ShardoptPlanner
+    if name == "ShardoptEstimator":
+        from shardopt.torchrec.estimator import ShardoptEstimator
+
+        return ShardoptEstimator
+    if name == "ShardoptPlannerError":
+        from shardopt.torchrec.planner_errors import ShardoptPlannerError
+
+        return ShardoptPlannerError
     if name == "workload_from_module":
         from shardopt.torchrec.from_model import workload_from_module
 

@@ -10,7 +10,7 @@ goes back to TorchRec under the right module paths.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from shardopt.core.errors import FieldError, ShardoptError
@@ -19,16 +19,22 @@ from shardopt.core.workload import Workload, workload_from_dict
 logger = logging.getLogger(__name__)
 
 DATA_TYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
-# ParameterConstraints fields shardopt honours; others set by the user are reported as ignored.
-HONOURED = {"sharding_types", "compute_kernels", "pooling_factors", "feature_names"}
+
+
+class NoTables(ShardoptError):
+    """The sharders shard none of the model's tables (TorchRec then plans nothing)."""
 
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a workload table lives in the model."""
+    """Where a workload table lives in the model, and what its ParameterSharding must carry."""
 
     module_path: str  # "" for the root module, as TorchRec keys its ShardingPlan
     table: str
+    # ParameterSharding fields from the table's constraints (cache_params, enforce_hbm, ...).
+    runtime: dict = field(default_factory=dict, compare=False, hash=False)
+    # The sharder or the constraints narrowed what the table may be (for PlannerError's type).
+    restricted: bool = field(default=False, compare=False, hash=False)
 
 
 def _module_types():
@@ -49,8 +55,7 @@ def workload_from_module(
     """The model's pooled embedding tables as a workload, and each table's origin."""
     ebc_type, ec_type, fp_type = _module_types()
     constraints = constraints or {}
-    sharded_types = None if sharders is None else tuple(s.module_type for s in sharders)
-    found: list[tuple[str, object]] = []
+    found: list[tuple[str, object, object]] = []  # (path, module, its sharder or None)
     in_model: set[str] = set()  # every EmbeddingBagCollection table, sharded here or not
     skip_under: list[str] = []
     for path, child in module.named_modules():
@@ -69,10 +74,11 @@ def workload_from_module(
         if isinstance(child, ebc_type):
             skip_under.append(path)
             in_model.update(config.name for config in child.embedding_bag_configs())
-            if sharded_types is None or any(isinstance(child, t) for t in sharded_types):
-                found.append((path, child))
+            sharder = _sharder_of(child, sharders)
+            if sharders is None or sharder is not None:
+                found.append((path, child, sharder))
     tables, origins, seen = [], {}, {}
-    for path, ebc in found:
+    for path, ebc, _ in found:
         for config in ebc.embedding_bag_configs():
             seen.setdefault(config.name, []).append(path)
     # A constraint on a table no sharder shards is ignored, as TorchRec does; one on a name the
@@ -86,17 +92,19 @@ def workload_from_module(
             f"constraints[{unknown[0]!r}]: the model has no table of that name"
             + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(in_model)[:8])})")
         )
-    for path, ebc in found:
-        for config in ebc.embedding_bag_configs():
-            table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
-            origins[table_name] = Origin(path, config.name)
-            tables.append(_table(config, table_name, constraints.get(config.name), path))
-    topo = _topology(topology)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ShardoptError(f"batch_size: must be a positive integer, got {batch_size!r}")
+    topo = _topology(topology)
+    for path, ebc, sharder in found:
+        for config in ebc.embedding_bag_configs():
+            table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
+            table, rules = _table(config, table_name, constraints.get(config.name), path, sharder,
+                                  topo["compute_device"], int(batch_size))
+            origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted)
+            tables.append(table)
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
     if not tables:
-        raise ShardoptError("the model holds no EmbeddingBagCollection tables that a sharder shards")
+        raise NoTables("the model holds no EmbeddingBagCollection tables that a sharder shards")
     labels = []
     for table in tables:
         origin = origins[table["name"]]
@@ -122,8 +130,18 @@ def workload_from_torchrec(data: dict, table_labels: list[str]) -> Workload:
         raise exc.reworded(where) from None
 
 
-def _table(config, table_name: str, constraint, path: str) -> dict:
-    where = f"table {config.name!r} (module {path or '(root)'})"
+def _sharder_of(module, sharders):
+    """The sharder TorchRec would use for ``module`` (its exact type first), or None."""
+    if not sharders:
+        return None
+    exact = [s for s in sharders if type(module) is s.module_type]
+    return (exact or [s for s in sharders if isinstance(module, s.module_type)] or [None])[0]
+
+
+def _table(config, table_name: str, constraint, path: str, sharder, device: str, batch_size: int):
+    from shardopt.torchrec.constraints import table_rules
+
+    where = f"TorchRec table {config.name!r} (module {path or '(root)'})"
     if config.embedding_dim % 4:
         raise ShardoptError(
             f"{where}: embedding_dim {config.embedding_dim} is not a multiple of 4, which FBGEMM's"
@@ -139,39 +157,41 @@ def _table(config, table_name: str, constraint, path: str) -> dict:
         # TorchRec's default pooling factor is 1.0 per feature; a sample looks the table up once per feature.
         "pooling_factor": float(len(features)),
     }
-    if constraint is not None:
-        if constraint.pooling_factors:
-            table["pooling_factor"] = float(sum(constraint.pooling_factors))
-        if constraint.sharding_types:
-            table["sharding_types"] = list(constraint.sharding_types)
-        if constraint.compute_kernels:
-            table["compute_kernels"] = list(constraint.compute_kernels)
-        ignored = [
-            field for field, value in vars(constraint).items()
-            if field not in HONOURED and value not in (None, False, [], ())
-            and field not in ("is_weighted", "num_poolings", "use_virtual_table")
-        ]
-        if ignored:
-            logger.warning("shardopt ignores ParameterConstraints %s of %s", ", ".join(ignored), where)
+    rules = table_rules(constraint, sharder, device, batch_size, where)
+    table.update(rules.fields)
     if table["pooling_factor"] <= 0:
         raise ShardoptError(f"{where}: pooling_factors must add up to more than 0")
-    return table
+    return table, rules
 
 
 def _topology(topology) -> dict:
-    """TorchRec's Topology (per-device storage) as the workload's topology."""
+    """TorchRec's Topology as the workload's topology: storage per rank (the smallest, when
+    ranks differ), ranks per host, and the links when the user declared them."""
+    from torchrec.distributed.planner.constants import CROSS_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
+
     device = topology.compute_device
     if device not in ("cuda", "cpu"):
         raise ShardoptError(f"topology.compute_device: shardopt plans cuda or cpu, got {device!r}")
-    storage = topology.devices[0].storage
+    hbm = min(int(d.storage.hbm) for d in topology.devices)
+    ddr = min(int(d.storage.ddr) for d in topology.devices)
+    if len({(int(d.storage.hbm), int(d.storage.ddr)) for d in topology.devices}) > 1:
+        logger.info("ranks differ in storage; shardopt plans every rank with the smallest (%d HBM, %d DDR bytes)",
+                    hbm, ddr)
     local = topology.local_world_size
     out = {"world_size": topology.world_size, "local_world_size": local, "compute_device": device}
     if device == "cuda":
-        out["hbm_cap"] = int(storage.hbm)
-        if storage.ddr:
-            out["ddr_cap"] = int(storage.ddr) * local
+        out["hbm_cap"] = hbm
+        if ddr:
+            out["ddr_cap"] = ddr * local
     else:
-        out["hbm_cap"] = int(storage.ddr)  # on CPU the tables live in the rank's DRAM
+        out["hbm_cap"] = ddr  # on CPU the tables live in the rank's DRAM
+    # TorchRec's bandwidths are bytes per ms; shardopt's GB/s. Its defaults say nothing about the
+    # cluster (the hardware profile's links stand then); a value the user set is the cluster's.
+    intra, inter = float(topology.intra_host_bw), float(topology.inter_host_bw)
+    if intra != INTRA_NODE_BANDWIDTH:
+        out["intra_host_bw"] = intra * 1e3 / 1e9
+    if inter != CROSS_NODE_BANDWIDTH:
+        out["inter_host_bw"] = inter * 1e3 / 1e9
     return out
 
 

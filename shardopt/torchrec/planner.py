@@ -1,35 +1,41 @@
-"""shardopt inside TorchRec: a drop-in ShardingPlanner and a ShardEstimator with shardopt's costs.
+"""shardopt inside TorchRec: a drop-in for EmbeddingShardingPlanner.
 
     planner = ShardoptPlanner(topology=topology, batch_size=512, constraints=constraints)
     plan = planner.collective_plan(model, sharders, pg)          # as with EmbeddingShardingPlanner
     model = DistributedModelParallel(model, plan=plan, ...)
 
-The planner reads the model's EmbeddingBagCollection tables, TorchRec's Topology, the
-ParameterConstraints that shape a plan (sharding_types, compute_kernels, pooling_factors) and the
-batch size into a shardopt workload, plans it with the CP-SAT search restricted to cuts TorchRec runs,
-and returns the ShardingPlan. The estimator lets TorchRec's own planner use shardopt's cost model.
+It takes EmbeddingShardingPlanner's keywords. Storage is reserved first, with TorchRec's own
+StorageReservation (its default unless one is given), and the plan never exceeds what is left. The
+model's tables, the sharders' lists and every ParameterConstraints field become a workload (see
+``constraints.py`` for each field's fate), planned with the CP-SAT search over cuts TorchRec runs;
+the ShardingPlan carries the constraints' runtime fields. No plan is a PlannerError with TorchRec's
+error type; at INFO (``debug=True``, TorchRec's default) a stats table is logged.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Dict, List, Optional
 
-import torch
-
-from torchrec.distributed.planner.types import (
-    ParameterConstraints, Perf, ShardEstimator, ShardingOption, Storage, Topology,
-)
+from torchrec.distributed.planner.types import ParameterConstraints, Topology
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
-from shardopt.contracts import DEFAULT_TIME_LIMIT_S, PlanConfig, ShardSpec
+from shardopt.contracts import DEFAULT_TIME_LIMIT_S, PlanConfig
+from shardopt.core.errors import ShardoptError
 from shardopt.core.plan import Plan
-from shardopt.torchrec.from_model import Origin, workload_from_module
-from shardopt.torchrec.sharding_plan import to_sharding_plan
 from shardopt.core.workload import Workload
+from shardopt.torchrec.estimator import ShardoptEstimator  # noqa: F401 - shardopt.torchrec exports it
+from shardopt.torchrec.from_model import NoTables, Origin, workload_from_module
+from shardopt.torchrec.sharding_plan import to_sharding_plan
 
 logger = logging.getLogger(__name__)
-TENSOR_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
+# EmbeddingShardingPlanner's parts that shardopt's candidates and search replace.
+REPLACED = {"enumerator": "shardopt enumerates its own candidates", "proposer": "CP-SAT searches instead",
+            "partitioner": "CP-SAT places shards", "performance_model": "shardopt's cost model scores plans",
+            "stats": "shardopt logs its own stats table", "callbacks": "there are no sharding options to edit",
+            "plan_loader": "pass plan_file= with a shardopt plan file instead"}
+HEURISTIC_RESERVATION = 0.15  # TorchRec's default share of each device kept for everything else
 
 
 class ShardoptPlanner(ShardingPlanner):
@@ -39,21 +45,41 @@ class ShardoptPlanner(ShardingPlanner):
         self,
         topology: Optional[Topology] = None,
         batch_size: Optional[int] = None,
+        enumerator=None,
+        storage_reservation=None,
+        proposer=None,
+        partitioner=None,
+        performance_model=None,
+        stats=None,
         constraints: Optional[Dict[str, ParameterConstraints]] = None,
+        debug: bool = True,
+        callbacks=None,
+        timeout_seconds: Optional[int] = None,
+        plan_loader=None,
         *,
         cost_model: str = "analytic",
-        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        time_limit_s: Optional[float] = None,
         search: str = "ilp",
         objective: str = "critical-path",
-        **torchrec_options,
+        plan_file: Optional[str] = None,
+        **unknown,
     ) -> None:
-        if torchrec_options:
-            # EmbeddingShardingPlanner's enumerator/proposer/partitioner/... have no role here.
-            logger.warning("ShardoptPlanner ignores %s", ", ".join(sorted(torchrec_options)))
+        if unknown:
+            raise TypeError(f"ShardoptPlanner got unexpected keyword arguments {', '.join(sorted(unknown))}")
+        given = {"enumerator": enumerator, "proposer": proposer, "partitioner": partitioner,
+                 "performance_model": performance_model, "stats": stats, "callbacks": callbacks,
+                 "plan_loader": plan_loader}
+        for name in sorted(k for k, v in given.items() if v is not None):
+            logger.warning("ShardoptPlanner ignores %s: %s", name, REPLACED[name])
+        if time_limit_s is None:
+            time_limit_s = float(timeout_seconds) if timeout_seconds else DEFAULT_TIME_LIMIT_S
         _check_options(batch_size, time_limit_s, search, objective, cost_model)
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
+        self.storage_reservation = storage_reservation
+        self.debug = debug
+        self.plan_file = plan_file
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
@@ -64,6 +90,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.last_plan: Optional[Plan] = None
         self.last_workload: Optional[Workload] = None
         self.last_origins: Optional[dict[str, Origin]] = None
+        self.last_stats: Optional[str] = None
 
     def _topology(self) -> Topology:
         if self.topology is not None:
@@ -76,23 +103,73 @@ class ShardoptPlanner(ShardingPlanner):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         return Topology(world_size=dist.get_world_size(), compute_device=device)
 
-    def plan(self, module, sharders) -> ShardingPlan:
-        """Plan on this process alone."""
+    def _reserve(self, topology: Topology, batch_size: int, module, sharders) -> Topology:
+        """The topology less TorchRec's storage reservation (dense parameters, activations, KJTs)."""
+        from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+
+        reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=HEURISTIC_RESERVATION)
+        return reservation.reserve(topology, batch_size, module, sharders, self.constraints)
+
+    def plan(self, module, sharders=None) -> ShardingPlan:
+        """Plan on this process alone. ``sharders`` default to TorchRec's; none give an empty plan."""
+        from torchrec.distributed.planner.constants import BATCH_SIZE
+        from torchrec.distributed.sharding_plan import get_default_sharders
+
+        sharders = get_default_sharders() if sharders is None else list(sharders)
+        if not sharders:
+            return ShardingPlan({})
+        topology = self._topology()
+        batch_size = self.batch_size or BATCH_SIZE
+        reserved = self._reserve(topology, batch_size, module, sharders)
+        try:
+            workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders)
+        except NoTables:
+            return ShardingPlan({})
+        except ShardoptError as exc:
+            raise self._error(exc, module, sharders, topology, reserved, {}) from None
+        plan = self._plan_or_load(workload, origins, module, sharders, topology, reserved)
+        self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
+        self._log_stats(workload, plan, topology, reserved)
+        return to_sharding_plan(plan, workload, origins)
+
+    def _plan_or_load(self, workload, origins, module, sharders, topology, reserved) -> Plan:
         from shardopt.planner import plan_with, resolve_model
 
-        from torchrec.distributed.planner.constants import BATCH_SIZE
-
-        workload, origins = workload_from_module(
-            module, self._topology(), self.batch_size or BATCH_SIZE, self.constraints, sharders
-        )
+        if self.plan_file is not None:
+            return _load_plan(self.plan_file, workload)
         model, warnings = resolve_model(self.config, workload)
         for warning in warnings:
             logger.warning(warning)
-        plan = plan_with(workload, self.config, cost_model=model, source="model")
-        self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
-        return to_sharding_plan(plan, workload, origins)
+        try:
+            return plan_with(workload, self.config, cost_model=model, source="TorchRec model")
+        except ShardoptError as exc:
+            restricted = {o.table: o.restricted for o in origins.values()}
+            raise self._error(exc, module, sharders, topology, reserved, restricted) from None
 
-    def collective_plan(self, module, sharders, pg=None) -> ShardingPlan:
+    def _error(self, exc: ShardoptError, module, sharders, topology, reserved, restricted) -> Exception:
+        from shardopt.torchrec.planner_errors import model_bytes, planner_error
+
+        device = topology.compute_device
+        hbm = sum(int(d.storage.hbm if device == "cuda" else d.storage.ddr) for d in reserved.devices)
+        ddr = sum(int(d.storage.ddr) for d in reserved.devices) if device == "cuda" else 0
+        cap = topology.devices[0].storage
+        reserved_per_rank = int((cap.hbm if device == "cuda" else cap.ddr)
+                                - (reserved.devices[0].storage.hbm if device == "cuda" else reserved.devices[0].storage.ddr))
+        error = planner_error(exc, need=model_bytes(module, sharders), hbm=hbm, ddr=ddr,
+                              reserved=reserved_per_rank, restricted=restricted)
+        return error if error is not None else exc
+
+    def _log_stats(self, workload: Workload, plan: Plan, topology: Topology, reserved: Topology) -> None:
+        from shardopt.torchrec.stats import stats_text
+
+        device = topology.compute_device
+        before = topology.devices[0].storage.hbm if device == "cuda" else topology.devices[0].storage.ddr
+        after = reserved.devices[0].storage.hbm if device == "cuda" else reserved.devices[0].storage.ddr
+        self.last_stats = stats_text(workload, plan, int(before - after), {})
+        if self.debug:
+            logger.info("\n%s", self.last_stats)
+
+    def collective_plan(self, module, sharders=None, pg=None) -> ShardingPlan:
         """Plan on rank 0 of ``pg`` and broadcast, so every rank shards the same way."""
         import torch.distributed as dist
 
@@ -106,11 +183,22 @@ class ShardoptPlanner(ShardingPlanner):
         return box[0]
 
 
+def _load_plan(path: str, workload: Workload) -> Plan:
+    """A stored shardopt plan file, checked against the model's workload."""
+    from shardopt.arithmetic.checks import check_plan
+    from shardopt.core.plan import read_plan
+
+    plan = read_plan(Path(path))
+    report = check_plan(workload, plan)
+    if not report.valid:
+        raise ShardoptError(f"{path}: does not fit the model: {report.violations[0]}")
+    return plan
+
+
 def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> None:
     """Refuse options the CLI would refuse, with the same words (a ShardoptError is a ValueError)."""
     import math
 
-    from shardopt.core.errors import ShardoptError
     from shardopt.contracts import OBJECTIVES
 
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -125,66 +213,3 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> N
         raise ShardoptError(f"ShardoptPlanner objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if not isinstance(cost_model, str):
         raise ShardoptError(f"ShardoptPlanner cost_model: must be a name or a path, got {cost_model!r}")
-
-
-class ShardoptEstimator(ShardEstimator):
-    """Fills each TorchRec ShardingOption's shards with shardopt's Perf and Storage.
-
-    Pass it to TorchRec's enumerator to keep TorchRec's search with shardopt's costs (milliseconds
-    and bytes, as TorchRec counts): ``EmbeddingShardingPlanner(topology=t, batch_size=b,
-    enumerator=EmbeddingEnumerator(topology=t, batch_size=b, estimator=ShardoptEstimator(t)))``.
-    """
-
-    def __init__(
-        self,
-        topology: Topology,
-        constraints: Optional[Dict[str, ParameterConstraints]] = None,
-        *,
-        batch_size: Optional[int] = None,
-        cost_model: str = "analytic",
-    ) -> None:
-        self.topology = topology
-        self.constraints = constraints or {}
-        self.batch_size = batch_size
-        self.cost_model = cost_model
-
-    def estimate(self, sharding_options: List[ShardingOption], sharder_data_map=None) -> None:
-        from shardopt.costmodel.registry import resolve_cost_model
-
-        workload = self._workload(sharding_options)
-        model, _ = resolve_cost_model(self.cost_model, workload)
-        for option in sharding_options:
-            table = workload.table(option.name)
-            kernel = option.compute_kernel if option.compute_kernel in (
-                "fused", "fused_uvm", "fused_uvm_caching", "dense") else "fused"
-            for shard in option.shards:
-                rows, cols = shard.size
-                cost = model.shard_cost(workload, ShardSpec(
-                    table, option.sharding_type, rows, cols, kernel, option.cache_load_factor))
-                shard.perf = Perf(fwd_compute=cost.fwd_compute_ms, fwd_comms=cost.fwd_comm_ms,
-                                  bwd_compute=cost.bwd_compute_ms, bwd_comms=cost.bwd_comm_ms)
-                shard.storage = Storage(
-                    hbm=cost.hbm_bytes if self.topology.compute_device == "cuda" else 0,
-                    ddr=cost.ddr_bytes if self.topology.compute_device == "cuda" else cost.hbm_bytes,
-                )
-
-    def _workload(self, options: List[ShardingOption]) -> Workload:
-        from shardopt.torchrec.from_model import _topology, workload_from_torchrec
-
-        tables, seen = [], set()
-        batch = self.batch_size
-        for option in options:
-            if option.name in seen:
-                continue
-            seen.add(option.name)
-            rows, dim = option.tensor.shape
-            dtype = TENSOR_DTYPES.get(option.tensor.dtype, "fp32")
-            tables.append({
-                "name": option.name, "num_embeddings": int(rows), "embedding_dim": int(dim),
-                "pooling_factor": float(sum(option.input_lengths)) or 1.0, "data_type": dtype,
-            })
-            batch = batch or option.batch_size
-        return workload_from_torchrec({
-            "version": 1, "name": "torchrec-options", "batch_size": int(batch),
-            "topology": _topology(self.topology), "tables": tables,
-        }, [f"TorchRec table {t['name']!r}" for t in tables])

@@ -9,6 +9,7 @@ a data-parallel table has no spec (every rank holds it) and TorchRec's dense ker
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Optional
 
 from shardopt.core.errors import ShardoptError
@@ -55,10 +56,14 @@ def to_sharding_plan(plan: Plan, workload: Workload, origins: Optional[Mapping[s
                 )
                 for s in tp.shards
             ])
-        cache = CacheParams(load_factor=tp.cache_load_factor) if tp.cache_load_factor is not None else None
+        runtime = dict(origin.runtime)
+        cache = runtime.pop("cache_params", None)
+        if tp.cache_load_factor is not None:  # the user's cache settings, with the share shardopt chose
+            cache = dataclasses.replace(cache, load_factor=tp.cache_load_factor) if cache else CacheParams(
+                load_factor=tp.cache_load_factor)
         modules.setdefault(origin.module_path, EmbeddingModuleShardingPlan())[origin.table] = ParameterSharding(
             sharding_type=tp.sharding_type, compute_kernel=tp.compute_kernel, ranks=ranks,
-            sharding_spec=spec, cache_params=cache,
+            sharding_spec=spec, cache_params=cache, **runtime,
         )
     return ShardingPlan(modules)
 

@@ -184,8 +184,12 @@ def test_planner_api_ignores_constraints_on_tables_no_sharder_shards():
             self.skipped = EmbeddingBagCollection(device=torch.device("meta"), tables=[
                 EmbeddingBagConfig(name="side", embedding_dim=16, num_embeddings=100, feature_names=["f9"])])
 
-    class MineSharder:
-        module_type = Mine
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    class MineSharder(EmbeddingBagCollectionSharder):
+        @property
+        def module_type(self):
+            return Mine
 
     topology = Topology(world_size=2, compute_device="cuda")
     constraints = {"side": ParameterConstraints(sharding_types=["table_wise"])}
