@@ -55,9 +55,11 @@ class CommBytes:
 
 
 def comm_bytes(
-    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float, features: int = 1
+    workload: Workload, sharding_type: str, rows: int, cols: int, lookups: float, features: int = 1,
+    pooled: bool = True,
 ) -> CommBytes:
-    """What one shard sends; each of a table's features pools (and sends) a vector of its own."""
+    """What one shard sends; each of a table's features pools (and sends) a vector of its own. An
+    unpooled (sequence) table sends every looked-up row back to its sample instead."""
     topo = workload.topology
     world, local = topo.world_size, topo.ranks_per_host
     if world == 1:
@@ -66,6 +68,8 @@ def comm_bytes(
     if sharding_type == "data_parallel":
         return CommBytes(allreduce=rows * cols * OUTPUT_BYTES)
     ids = lookups * INDEX_BYTES * (world - 1) / world
+    if not pooled:
+        return CommBytes(ids=ids, pooled=lookups * cols * OUTPUT_BYTES * (world - 1) / world)
     if sharding_type == "table_row_wise" and local > 1:
         # Reduce-scatter of partial sums inside the host, then the host's slice goes out.
         return CommBytes(
@@ -87,7 +91,7 @@ def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[Com
         for shard in tp.shards:
             rows, cols = shard.sizes
             lookups = shard_lookups(workload, table, tp.sharding_type, rows)
-            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups, len(table.features))
+            b = comm_bytes(workload, tp.sharding_type, rows, cols, lookups, len(table.features), table.pooled)
             acc = sums[shard.rank]
             acc[0] += b.ids
             acc[1] += b.pooled

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Field, Strict
+from pydantic import AfterValidator, BeforeValidator, Field, Strict, StrictBool
 from pydantic.dataclasses import dataclass
 
 from shardopt.core.errors import FieldError
@@ -173,6 +173,9 @@ class Table:
     compute_kernels: Optional[Annotated[
         tuple[Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"], ...], Field(min_length=1)
     ]] = None
+    # False for a sequence table (TorchRec's EmbeddingCollection): every id's row goes back to its
+    # sample unpooled, so outputs and traffic grow with lookups, not with samples.
+    pooled: StrictBool = True
     # The narrowest column-wise shard, in columns (ParameterConstraints.min_partition).
     min_partition: Optional[Annotated[int, Strict(), Field(gt=0, le=MAX_DIM)]] = None
     # A fixed HBM share for fused_uvm_caching (CacheParams.load_factor); shardopt chooses it otherwise.

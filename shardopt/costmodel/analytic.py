@@ -135,13 +135,13 @@ class AnalyticCostModel(CostModel):
         self._cache_cache = (workload, context)
         return context
 
-    def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups, features=1):
+    def _comm_seconds(self, workload, hw, sharding_type, rows, cols, lookups, features=1, pooled=True):
         """Seconds this shard's rank spends in the all-to-alls, from its bytes and the links."""
         topo = workload.topology
         world, local = topo.world_size, topo.ranks_per_host
         if world == 1:
             return 0.0, 0.0
-        sent = comm_bytes(workload, sharding_type, rows, cols, lookups, features)
+        sent = comm_bytes(workload, sharding_type, rows, cols, lookups, features, pooled)
         slopes = self._curve_slopes(workload)
         if slopes is not None:
             even, pooled_slope = slopes
@@ -183,7 +183,7 @@ class AnalyticCostModel(CostModel):
             for table in workload.tables:
                 lookups = shard_lookups(workload, table, "table_wise", table.num_embeddings)
                 total = total + comm_bytes(workload, "table_wise", table.num_embeddings,
-                                           table.embedding_dim, lookups, len(table.features))
+                                           table.embedding_dim, lookups, len(table.features), table.pooled)
             slopes = tuple(
                 _secant(curves, world, pattern, max(volume / world, 1.0))
                 for pattern, volume in (("even", total.ids), ("pooled", total.pooled))

@@ -156,6 +156,8 @@ def shard_terms(
     # next (the backward writes them back over the host link): each distinct row drawn is read
     # over the link once per iteration, however small the table.
     host_miss_bytes = unique * row_bytes * (1 - in_memory)
+    # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
+    outputs = samples * len(table.features) if table.pooled else lookups
     # The backward pass updates each drawn row less than an iteration after the forward read it:
     # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
     update_hit = min(1.0, llc_time)
@@ -175,9 +177,9 @@ def shard_terms(
         index_bytes=lookups * INDEX_BYTES,
         hit_bytes=lookups * row_bytes * near,
         llc_bytes=lookups * row_bytes * (hit - near),
-        accum_bytes=lookups * cols * OUTPUT_BYTES,  # summing each looked-up row into its bag
+        accum_bytes=lookups * cols * OUTPUT_BYTES if table.pooled else 0.0,  # summing rows into bags
         uvm_miss_bytes=host_miss_bytes,
-        out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),  # a pooled row per feature
+        out_bytes=outputs * cols * OUTPUT_BYTES,  # a pooled row per feature, or a row per id
         miss_bytes_far=miss_bytes * in_memory * far,
     )
     fwd["miss_bytes_half" if half else f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
@@ -186,7 +188,7 @@ def shard_terms(
         table=1.0,
         lookup=2 * lookups,
         index_bytes=2 * lookups * INDEX_BYTES,
-        out_bytes=samples * cols * OUTPUT_BYTES * len(table.features),
+        out_bytes=outputs * cols * OUTPUT_BYTES,
         accum_bytes=lookups * cols * OUTPUT_BYTES,
         update_hit_bytes=update_bytes * update_hit,
         uvm_update_bytes=update_bytes * (1 - in_memory),  # written back to host memory each iteration

@@ -163,6 +163,10 @@ class PlanReplay:
 
         from shardopt.arithmetic.hotrows import expand
 
+        sequence = [t.name for t in workload.tables if not t.pooled]
+        if sequence:
+            raise ShardoptError(f"table {sequence[0]!r}: a sequence (unpooled) table; replay measures pooled"
+                                " FBGEMM kernels only")
         # Hot-row tables run as a data-parallel hot table and a row-wise cold one (ids remapped).
         self.workload, expanded = expand(workload, plan.tables)
         self.plan = replace(plan, tables=expanded)

@@ -150,6 +150,7 @@ def piece_bytes(workload: Workload, table, cand: Candidate) -> list[CommBytes]:
         extra = comm_bytes(workload, "data_parallel", hot.num_embeddings, table.embedding_dim, 0.0)
     return [
         comm_bytes(workload, cand.sharding_type, p.rows, p.cols,
-                   shard_lookups(workload, owner, cand.sharding_type, p.rows), len(table.features)) + extra
+                   shard_lookups(workload, owner, cand.sharding_type, p.rows), len(table.features),
+                   table.pooled) + extra
         for p in cand.pieces
     ]

@@ -33,6 +33,7 @@ MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per
 # RecShard tiers: cache the rows drawing these shares of a table's lookups.
 HOT_SHARES = (0.8, 0.9, 0.95, 0.99)
 MAX_LOAD_FACTOR = 0.5  # a bigger cache is not worth the UVM tier: keep the table in HBM
+HBM_TIGHT = 0.9  # tables filling more of the cluster's HBM than this get UVM tiers without statistics
 TIERED_MIN_CAP_SHARE = 1 / 64  # only tables at least this share of a rank's HBM get tiers
 SUBSET_MIN_CAP_SHARE = 1 / 4  # row-wise subsets for tables at least this share of a rank's HBM
 DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this share
@@ -259,9 +260,10 @@ def _uvm_tiers(workload: Workload, table: Table, size: int, cuts: list[Candidate
 
 @lru_cache(maxsize=16)
 def _hbm_short(workload: Workload) -> bool:
-    """Whether the tables' weights and optimizer state exceed the cluster's HBM."""
+    """Whether the tables' weights and optimizer state fill the cluster's HBM past HBM_TIGHT
+    (whole tables pack into ranks with some slack lost, so full is short)."""
     total = sum(shard_bytes(workload.optimizer, t, t.num_embeddings, t.embedding_dim) for t in workload.tables)
-    return total > workload.topology.hbm_cap * workload.topology.world_size
+    return total > HBM_TIGHT * workload.topology.hbm_cap * workload.topology.world_size
 
 
 def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:

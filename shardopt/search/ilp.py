@@ -36,6 +36,7 @@ from shardopt.contracts import (
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
+from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import piece_costs, table_candidates
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp_model import IlpModel
@@ -105,37 +106,8 @@ class IlpSearch:
             solver.parameters.max_presolve_iterations = 1
         return solver
 
-    def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
-        costs = {
-            name: [piece_costs(workload, cost_model, c) for c in cands]
-            for name, cands in candidates.items()
-        }
-        greedy = GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs)
-        greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms
-        if greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
-            # Within a hair of the bound already: no solver time can buy more than the gap.
-            status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
-            self.last_report = IlpReport(status, greedy_ms, greedy.lower_bound_ms, 0)
-            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status)
-        world = workload.topology.world_size
-        size = sum(
-            len(c.pieces) * (world if c.placement != "fixed" else 1)
-            for cands in candidates.values()
-            for c in cands
-        )
-        if size > self.max_variables:
-            status = f"SKIPPED (over {self.max_variables} placements; greedy)"
-            self.last_report = IlpReport(status, float("nan"), greedy.lower_bound_ms, size)
-            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status, variables=size)
-        cheap = greedy.lower_bound_ms  # the balance bound over these same candidates and costs
-        # Replicas (data-parallel tables, hot rows) add an all-reduce every rank pays once.
-        replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
-                         - cost_model.rank_overhead_ms(workload, {"table_wise"}))
-        curves = cost_model.comm_curves(workload)
-        model = IlpModel(workload, candidates, costs, replica_ms, curves, self.objective)
-        model.hint(model.canonical(greedy.tables))
-        model.complete_hint()
+    def _run(self, model: IlpModel):
+        """CP-SAT's portfolio briefly, then large-neighbourhood search: (solver, status, bound, all run)."""
         # The deterministic limit (a third of the solver's share of the time limit, which on a
         # 2-core VM takes about half of it) stops the solver; the wall clock is a far guard.
         solve_s = max(0.1, self.time_limit_s * (1 - REPAIR_SHARE))
@@ -161,9 +133,49 @@ class IlpSearch:
                 or first.objective_value < solver.objective_value
             ):
                 solver, status = first, first_status
+        return solver, status, bound, ran
+
+    def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+        candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
+        costs = {
+            name: [piece_costs(workload, cost_model, c) for c in cands]
+            for name, cands in candidates.items()
+        }
+        greedy, failure = _greedy(workload, cost_model, candidates, costs)
+        greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms if greedy else None
+        if greedy is not None and greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
+            # Within a hair of the bound already: no solver time can buy more than the gap.
+            status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
+            self.last_report = IlpReport(status, greedy_ms, greedy.lower_bound_ms, 0)
+            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status)
+        world = workload.topology.world_size
+        size = sum(
+            len(c.pieces) * (world if c.placement != "fixed" else 1)
+            for cands in candidates.values()
+            for c in cands
+        )
+        if size > self.max_variables:
+            if greedy is None:
+                raise failure
+            status = f"SKIPPED (over {self.max_variables} placements; greedy)"
+            self.last_report = IlpReport(status, float("nan"), greedy.lower_bound_ms, size)
+            return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status, variables=size)
+        # the balance bound over these same candidates and costs
+        cheap = greedy.lower_bound_ms if greedy else balance_lower_bound(workload, cost_model, candidates, costs)
+        # Replicas (data-parallel tables, hot rows) add an all-reduce every rank pays once.
+        replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
+                         - cost_model.rank_overhead_ms(workload, {"table_wise"}))
+        curves = cost_model.comm_curves(workload)
+        model = IlpModel(workload, candidates, costs, replica_ms, curves, self.objective)
+        if greedy is not None:  # else CP-SAT starts cold: tight memory the greedy could not pack
+            model.hint(model.canonical(greedy.tables))
+            model.complete_hint()
+        solver, status, bound, ran = self._run(model)
         name = solver.status_name(status)
         if any(s.wall_time >= 0.99 * s.parameters.max_time_in_seconds for s in ran):
             name += f" (stopped by the wall clock at {WALL_GUARD:g}x the limit; may differ between runs)"
+        if greedy is None and status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise failure  # the greedy's words say which table fits nowhere
         if status == cp_model.INFEASIBLE:
             raise ShardoptError(
                 "no plan fits in memory: CP-SAT proved it over all candidates", kind=ErrorKind.INFEASIBLE
@@ -182,3 +194,13 @@ class IlpSearch:
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
+
+
+def _greedy(workload, cost_model, candidates, costs) -> tuple[SearchResult | None, ShardoptError | None]:
+    """The greedy plan (the warm start), or None with the greedy's reason when it packs nothing."""
+    try:
+        return GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs), None
+    except ShardoptError as exc:
+        if exc.kind != ErrorKind.INFEASIBLE:
+            raise
+        return None, exc

@@ -25,7 +25,9 @@ TABLES = (  # name, rows, dim, forced sharding type
     ("cw", 300, 64, "column_wise"),
     ("twcw", 200, 64, "table_column_wise"),
     ("dp", 50, 8, "data_parallel"),
+    ("cwmp", 300, 128, "column_wise"),  # with min_partition: column shards of at least 64
 )
+MIN_PARTITION = {"cwmp": 64}
 LR = 0.5
 BATCH = 8  # per rank
 STEPS = 3
@@ -102,7 +104,8 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
-        constraints = {n: ParameterConstraints(sharding_types=[kind]) for n, _, _, kind in TABLES}
+        constraints = {n: ParameterConstraints(sharding_types=[kind], min_partition=MIN_PARTITION.get(n))
+                       for n, _, _, kind in TABLES}
         planner = ShardoptPlanner(topology=Topology(world_size=world, compute_device="cpu"),
                                   batch_size=BATCH, constraints=constraints, time_limit_s=2)
         model = build_model("meta")

@@ -1,9 +1,9 @@
 """A TorchRec model as a shardopt workload: its tables, TorchRec's Topology, constraints, batch.
 
-Every EmbeddingBagCollection in the model (nested anywhere) contributes its tables. What shardopt
-cannot model is refused with one line rather than planned wrongly: sequence embeddings
-(EmbeddingCollection), feature processors, dimensions FBGEMM's TBE refuses, data types it has no
-kernel for. ``Origin`` remembers which module and table each workload table came from, so a plan
+Every EmbeddingBagCollection and EmbeddingCollection in the model (nested anywhere) contributes
+its tables; an EmbeddingCollection's are sequence (unpooled) tables. What shardopt cannot model is
+refused with one line rather than planned wrongly: feature processors, dimensions FBGEMM's TBE
+refuses, data types it has no kernel for. ``Origin`` remembers which module and table each workload table came from, so a plan
 goes back to TorchRec under the right module paths.
 """
 
@@ -66,20 +66,15 @@ def workload_from_module(
                 f"module {path or '(root)'}: FeatureProcessedEmbeddingBagCollection: shardopt does not"
                 " model feature processors; plan this model with TorchRec's EmbeddingShardingPlanner"
             )
-        if isinstance(child, ec_type):
-            raise ShardoptError(
-                f"module {path or '(root)'}: EmbeddingCollection: shardopt models pooled"
-                " (EmbeddingBagCollection) lookups only, not sequence embeddings"
-            )
-        if isinstance(child, ebc_type):
+        if isinstance(child, (ebc_type, ec_type)):
             skip_under.append(path)
-            in_model.update(config.name for config in child.embedding_bag_configs())
+            in_model.update(config.name for config in _configs(child))
             sharder = _sharder_of(child, sharders)
             if sharders is None or sharder is not None:
                 found.append((path, child, sharder))
     tables, origins, seen = [], {}, {}
     for path, ebc, _ in found:
-        for config in ebc.embedding_bag_configs():
+        for config in _configs(ebc):
             seen.setdefault(config.name, []).append(path)
     # A constraint on a table no sharder shards is ignored, as TorchRec does; one on a name the
     # model lacks is a typo that would silently drop the user's constraint.
@@ -96,15 +91,17 @@ def workload_from_module(
         raise ShardoptError(f"batch_size: must be a positive integer, got {batch_size!r}")
     topo = _topology(topology)
     for path, ebc, sharder in found:
-        for config in ebc.embedding_bag_configs():
+        for config in _configs(ebc):
             table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
             table, rules = _table(config, table_name, constraints.get(config.name), path, sharder,
                                   topo["compute_device"], int(batch_size))
+            if isinstance(ebc, ec_type):
+                table["pooled"] = False  # sequence embeddings: a row per id goes back to its sample
             origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted)
             tables.append(table)
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
     if not tables:
-        raise NoTables("the model holds no EmbeddingBagCollection tables that a sharder shards")
+        raise NoTables("the model holds no embedding tables that a sharder shards")
     labels = []
     for table in tables:
         origin = origins[table["name"]]
@@ -128,6 +125,12 @@ def workload_from_torchrec(data: dict, table_labels: list[str]) -> Workload:
         else:
             where = exc.path
         raise exc.reworded(where) from None
+
+
+def _configs(module):
+    """The table configs of an EmbeddingBagCollection or an EmbeddingCollection."""
+    ebc_type = _module_types()[0]
+    return module.embedding_bag_configs() if isinstance(module, ebc_type) else module.embedding_configs()
 
 
 def _sharder_of(module, sharders):

@@ -25,13 +25,13 @@ def model_bytes(module, sharders) -> int:
     """Weights plus row-wise Adagrad state of every table the sharders shard, whole: what any plan
     must hold somewhere (read off the configs, so it works where a workload cannot be built)."""
     from shardopt.core.layout import DATA_TYPE_BYTES, INT8_ROW_OVERHEAD
-    from shardopt.torchrec.from_model import DATA_TYPES, _module_types, _sharder_of
+    from shardopt.torchrec.from_model import DATA_TYPES, _configs, _module_types, _sharder_of
 
-    ebc_type = _module_types()[0]
+    ebc_type, ec_type, _ = _module_types()
     total = 0
     for _, child in module.named_modules():
-        if isinstance(child, ebc_type) and _sharder_of(child, sharders) is not None:
-            for c in child.embedding_bag_configs():
+        if isinstance(child, (ebc_type, ec_type)) and _sharder_of(child, sharders) is not None:
+            for c in _configs(child):
                 dtype = DATA_TYPES.get(c.data_type.name, "fp32")
                 row = c.embedding_dim * DATA_TYPE_BYTES[dtype] + (INT8_ROW_OVERHEAD if dtype == "int8" else 0) + 4
                 total += int(c.num_embeddings) * row

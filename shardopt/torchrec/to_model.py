@@ -23,6 +23,10 @@ def build_module(workload: Workload):
     from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    sequence = [t.name for t in workload.tables if not t.pooled]
+    if sequence:
+        raise ShardoptError(f"table {sequence[0]!r}: a sequence (unpooled) table; this converter builds an"
+                            " EmbeddingBagCollection (plan TorchRec models with sequence tables with ShardoptPlanner)")
     tables = [
         EmbeddingBagConfig(
             name=t.name,

@@ -43,6 +43,7 @@ def test_dmp_trained_with_shardopt_plan_matches_an_unsharded_model(world):
     assert kinds == {"table_wise", "column_wise", "table_column_wise", "data_parallel"}
     assert {r.sharding["cw"][0] for r in results} == {"column_wise"}
     assert len(results[0].sharding["cw"][1]) == 2  # really cut in two
+    assert len(results[0].sharding["cwmp"][1]) == 2  # 128 columns, min_partition 64: two shards, not four
     assert all(r.sharding == results[0].sharding for r in results)  # collective_plan broadcast
     for r in results:
         assert r.max_pooled_error < 1e-5, r
