@@ -9,13 +9,15 @@
 such a run against an unsharded model.
 """
 
+import logging
 import os
 
 import torch
 import torch.distributed as dist
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.planner.types import ParameterConstraints, Topology
+from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+from torchrec.distributed.planner.types import ParameterConstraints, PlannerError, Topology
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
@@ -43,11 +45,15 @@ def main() -> None:
     if "RANK" not in os.environ:  # run as one process
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
     dist.init_process_group("gloo")
+    logging.getLogger("shardopt").setLevel(logging.INFO)  # shows the planner's stats table
     ebc, constraints = model()
     apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": 0.1})
     planner = ShardoptPlanner(
         topology=Topology(world_size=dist.get_world_size(), compute_device="cpu"),
         batch_size=32, constraints=constraints, time_limit_s=2,
+        # memory kept for dense parameters, activations and inputs, as TorchRec reserves it (its
+        # HeuristicalStorageReservation(percentage=0.15) is the default; GPUs lose the percentage too)
+        storage_reservation=HeuristicalStorageReservation(percentage=0.3),
     )
     sharders = [EmbeddingBagCollectionSharder()]
     plan = planner.collective_plan(ebc, sharders, dist.group.WORLD)
@@ -67,7 +73,20 @@ def main() -> None:
         loss.backward()
         if dist.get_rank() == 0:
             print(f"step {step}: loss {float(loss):.3f}")
+    if dist.get_rank() == 0:
+        show_planner_error()
     dist.destroy_process_group()
+
+
+def show_planner_error() -> None:
+    """No plan is TorchRec's PlannerError, with its error type and possible solutions."""
+    ebc, constraints = model()
+    small = ShardoptPlanner(topology=Topology(world_size=2, compute_device="cpu", ddr_cap=2 * 1024 * 1024),
+                            batch_size=32, constraints=constraints, debug=False)
+    try:
+        small.plan(ebc, [EmbeddingBagCollectionSharder()])
+    except PlannerError as exc:
+        print(f"PlannerError {exc.error_type.name}: {exc}")
 
 
 if __name__ == "__main__":

@@ -152,9 +152,8 @@ def shard_terms(
     near = min(near, hit)
     in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
-    # Rows left in host memory (UVM) do not stay in the GPU's caches from one iteration to the
-    # next (the backward writes them back over the host link): each distinct row drawn is read
-    # over the link once per iteration, however small the table.
+    # Rows left in host memory (UVM) leave the GPU's caches between iterations (the backward writes
+    # them back over the host link): each distinct row drawn is read over the link once per iteration.
     host_miss_bytes = unique * row_bytes * (1 - in_memory)
     # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
     outputs = samples * len(table.features) if table.pooled else lookups
@@ -163,9 +162,8 @@ def shard_terms(
     update_hit = min(1.0, llc_time)
     update_bytes = unique * 2 * (row_bytes + state_bytes)
     update_miss = update_bytes * (1 - update_hit)
-    # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term that grows with
-    # log2 of how many cache sizes the kernel spans (its tables share the TLB as they share the
-    # cache) lets a fit bend the bandwidth with footprint.
+    # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term growing with log2 of how many
+    # cache sizes the kernel spans (its tables share the TLB as the cache) bends bandwidth with footprint.
     span = max(rows * row_bytes, kernel_bytes or 0.0, 1.0)
     far = max(0.0, math.log2(span / hw.cache_bytes))
     # 16-bit rows are converted to fp32 on the fly, at a cost of their own.

@@ -165,7 +165,7 @@ class ShardoptPlanner(ShardingPlanner):
         device = topology.compute_device
         before = topology.devices[0].storage.hbm if device == "cuda" else topology.devices[0].storage.ddr
         after = reserved.devices[0].storage.hbm if device == "cuda" else reserved.devices[0].storage.ddr
-        self.last_stats = stats_text(workload, plan, int(before - after), {})
+        self.last_stats = stats_text(workload, plan, int(before - after))
         if self.debug:
             logger.info("\n%s", self.last_stats)
 

@@ -58,7 +58,7 @@ def planner_error(
     text = str(exc)
     capacity = hbm + ddr
     room = (f"the tables need {format_bytes(need)} (weights and optimizer state); the cluster holds"
-            f" {format_bytes(hbm)} of HBM" + (f" and {format_bytes(ddr)} of host memory for UVM" if ddr else "")
+            f" {format_bytes(hbm)} of memory for tables (HBM, or DRAM on CPU ranks)" + (f" and {format_bytes(ddr)} of host memory for UVM" if ddr else "")
             + f" after reserving {format_bytes(reserved)} per rank") if need is not None else ""
     insufficient = ShardoptPlannerError(
         f"shardopt: no plan fits: {room or text}.", PlannerErrorType.INSUFFICIENT_STORAGE,

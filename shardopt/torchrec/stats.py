@@ -1,4 +1,5 @@
-"""The stats TorchRec's planner logs, in its spirit: per rank the memory used and reserved, the
+"""The stats TorchRec's planner logs, in its spirit: per rank the memory used (HBM, or DRAM on CPU
+ranks) and reserved, the
 predicted phases and the critical path, the imbalance, the sharding types and the heaviest tables."""
 
 from __future__ import annotations
@@ -13,24 +14,24 @@ from shardopt.core.workload import Workload
 HEAVIEST = 5
 
 
-def stats_text(workload: Workload, plan: Plan, reserved_per_rank: int, per_rank_ddr: dict[int, int]) -> str:
+def stats_text(workload: Workload, plan: Plan, reserved_per_rank: int) -> str:
     """A table a TorchRec user reads at INFO after planning."""
     from shardopt.arithmetic.memory import plan_memory
 
     ranks = plan.predicted.per_rank
     b = Breakdown.of(ranks)
-    hbm, _ = plan_memory(workload, plan.tables)
+    hbm, ddr = plan_memory(workload, plan.tables)
     cap = workload.topology.hbm_cap
     lines = [
         f"shardopt plan: {len(plan.tables)} tables on {workload.topology.world_size} ranks; cost model"
         f" {plan.predicted.cost_model}; search {plan.predicted.search.algorithm if plan.predicted.search else '-'}",
-        f"{'rank':>4} {'HBM used':>10} {'of':>10} {'reserved':>10} {'DDR used':>10} {'fwd comp':>9}"
+        f"{'rank':>4} {'mem used':>10} {'of':>10} {'reserved':>10} {'host DDR':>10} {'fwd comp':>9}"
         f" {'fwd comm':>9} {'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}",
     ]
     for r in ranks:
         lines.append(
             f"{r.rank:>4} {format_bytes(hbm.get(r.rank, 0)):>10} {format_bytes(cap):>10}"
-            f" {format_bytes(reserved_per_rank):>10} {format_bytes(per_rank_ddr.get(r.rank, 0)):>10}"
+            f" {format_bytes(reserved_per_rank):>10} {format_bytes(ddr.get(workload.topology.host_of(r.rank), 0)):>10}"
             f" {r.fwd_compute_ms:>9.3f} {r.fwd_comm_ms:>9.3f} {r.bwd_compute_ms:>9.3f} {r.bwd_comm_ms:>9.3f}"
             f" {r.total_ms:>9.3f}")
     imbalance = b.bottleneck_ms / b.mean_ms if b.mean_ms else 1.0

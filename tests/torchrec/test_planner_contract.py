@@ -222,3 +222,42 @@ def test_a_stored_plan_file_is_loaded_and_checked(tmp_path):
 def test_sharders_default_to_torchrecs():
     planner = ShardoptPlanner(topology=Topology(world_size=2, compute_device="cuda"), time_limit_s=1)
     assert _shardings(planner.collective_plan(SparseNN(_tables(3)))).keys() == {"table_0", "table_1", "table_2"}
+
+
+def test_torchrecs_planner_with_shardopts_estimator_keeps_tables_in_hbm_when_it_is_ample():
+    """Before UVM rows were priced as read over the host link, small tables went to host memory:
+    they cost the same and took no HBM."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+    from shardopt.torchrec import ShardoptEstimator
+
+    topology = Topology(world_size=2, compute_device="cuda", hbm_cap=8 * 1024 * MB)
+    enumerator = EmbeddingEnumerator(topology=topology, batch_size=512,
+                                     estimator=ShardoptEstimator(topology, batch_size=512))
+    planner = EmbeddingShardingPlanner(topology=topology, batch_size=512, enumerator=enumerator, debug=False)
+    tables = [EmbeddingBagConfig(num_embeddings=1000 * (i + 1), embedding_dim=64, name=f"t{i}",
+                                 feature_names=[f"f{i}"]) for i in range(8)]
+    plan = planner.plan(SparseNN(tables), [EmbeddingBagCollectionSharder()])
+    assert {ps.compute_kernel for ps in _shardings(plan).values()} == {"fused"}
+
+
+def test_the_estimator_reports_storage_per_kernel_as_torchrec_does():
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+    from shardopt.torchrec import ShardoptEstimator
+
+    topology = Topology(world_size=2, compute_device="cuda")
+    options = EmbeddingEnumerator(topology=topology, batch_size=512).enumerate(
+        SparseNN(_tables(1, rows=100_000, dim=64)), [EmbeddingBagCollectionSharder()])
+    ShardoptEstimator(topology, batch_size=512).estimate(options)
+    by_kernel = {}
+    for option in options:
+        if option.sharding_type == "table_wise":
+            shard = option.shards[0]
+            by_kernel[option.compute_kernel] = (shard.storage.hbm, shard.storage.ddr, shard.perf.total)
+    whole = by_kernel["fused"][0]
+    assert by_kernel["fused"][1] == 0 and whole > 0
+    assert by_kernel["fused_uvm"][:2] == (0, whole)
+    assert 0 < by_kernel["fused_uvm_caching"][0] < whole and by_kernel["fused_uvm_caching"][1] == whole
+    assert by_kernel["fused"][2] < by_kernel["fused_uvm_caching"][2] < by_kernel["fused_uvm"][2]

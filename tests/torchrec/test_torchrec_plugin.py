@@ -125,13 +125,23 @@ def test_workload_from_a_nested_model_reads_constraints_and_topology():
 
 @pytest.mark.parametrize("module, message", [
     (lambda: _Nested(_ebc(dims=(30, 64))), "embedding_dim 30 is not a multiple of 4"),
-    (lambda: EmbeddingCollection(tables=[EmbeddingConfig(name="s", embedding_dim=16, num_embeddings=10,
-                                                         feature_names=["s"])], device=torch.device("meta")),
-     "EmbeddingCollection: shardopt models pooled"),
 ])
 def test_unsupported_module_contents_are_clear_errors(module, message):
     with pytest.raises(ShardoptError, match=message):
         workload_from_module(module(), Topology(world_size=2, compute_device="cpu"), 8)
+
+
+def test_an_embedding_collection_is_a_sequence_table_and_its_traffic_grows_with_lookups():
+    ec = EmbeddingCollection(tables=[EmbeddingConfig(name="s", embedding_dim=16, num_embeddings=1000,
+                                                     feature_names=["s"])], device=torch.device("meta"))
+    workload, origins = workload_from_module(ec, Topology(world_size=2, compute_device="cpu"), 8,
+                                             {"s": ParameterConstraints(pooling_factors=[20.0])})
+    assert not workload.tables[0].pooled and origins["s"].module_path == ""
+    from shardopt.arithmetic.traffic import comm_bytes
+
+    pooled = comm_bytes(workload, "table_wise", 1000, 16, lookups=320.0, pooled=True)
+    sequence = comm_bytes(workload, "table_wise", 1000, 16, lookups=320.0, pooled=False)
+    assert sequence.pooled == pytest.approx(20 * pooled.pooled)  # a row per id, 20 ids per sample
 
 
 def test_feature_processors_are_refused():
