@@ -51,8 +51,11 @@ def workload_from_module(
     constraints: Optional[dict] = None,
     sharders: Optional[list] = None,
     name: str = "torchrec-model",
+    access: Optional[dict] = None,
 ) -> tuple[Workload, dict[str, Origin]]:
-    """The model's pooled embedding tables as a workload, and each table's origin."""
+    """The model's embedding tables as a workload, and each table's origin. ``access`` is the
+    access distribution assumed for every table (a TorchRec model carries no statistics), e.g.
+    ``{"distribution": "zipf", "alpha": 1.05}``; None: uniform."""
     ebc_type, ec_type, fp_type = _module_types()
     constraints = constraints or {}
     found: list[tuple[str, object, object]] = []  # (path, module, its sharder or None)
@@ -97,6 +100,8 @@ def workload_from_module(
                                   topo["compute_device"], int(batch_size))
             if isinstance(ebc, ec_type):
                 table["pooled"] = False  # sequence embeddings: a row per id goes back to its sample
+            if access is not None:
+                table["access"] = access
             origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted)
             tables.append(table)
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}

@@ -62,6 +62,7 @@ class ShardoptPlanner(ShardingPlanner):
         search: str = "ilp",
         objective: str = "critical-path",
         plan_file: Optional[str] = None,
+        access: Optional[dict] = None,
         **unknown,
     ) -> None:
         if unknown:
@@ -80,6 +81,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.storage_reservation = storage_reservation
         self.debug = debug
         self.plan_file = plan_file
+        self.access = access  # the skew assumed for tables (TorchRec models carry no statistics)
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
@@ -122,7 +124,8 @@ class ShardoptPlanner(ShardingPlanner):
         batch_size = self.batch_size or BATCH_SIZE
         reserved = self._reserve(topology, batch_size, module, sharders)
         try:
-            workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders)
+            workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders,
+                                                     access=self.access)
         except NoTables:
             return ShardingPlan({})
         except ShardoptError as exc:

@@ -261,3 +261,15 @@ def test_the_estimator_reports_storage_per_kernel_as_torchrec_does():
     assert by_kernel["fused_uvm"][:2] == (0, whole)
     assert 0 < by_kernel["fused_uvm_caching"][0] < whole and by_kernel["fused_uvm_caching"][1] == whole
     assert by_kernel["fused"][2] < by_kernel["fused_uvm_caching"][2] < by_kernel["fused_uvm"][2]
+
+
+def test_an_assumed_skew_prices_the_uvm_cache_and_a_bad_one_is_refused():
+    topology = Topology(world_size=2, hbm_cap=8 * MB, ddr_cap=1024 * MB, compute_device="cuda")
+    skewed = ShardoptPlanner(topology=topology, time_limit_s=1, access={"distribution": "zipf", "alpha": 1.2})
+    plan = _shardings(skewed.plan(SparseNN(_tables(4, rows=20_000, dim=128)), [EmbeddingBagCollectionSharder()]))
+    factors = {ps.cache_params.load_factor for ps in plan.values() if ps.compute_kernel == "fused_uvm_caching"}
+    assert factors and factors != {0.2}  # RecShard's shares, read off the assumed skew
+    assert all(t.access.distribution == "zipf" for t in skewed.last_workload.tables)
+    bad = ShardoptPlanner(topology=topology, access={"distribution": "zipf", "alpha": -1})
+    with pytest.raises(ShardoptError, match="access.alpha"):
+        bad.plan(SparseNN(_tables(2)), [EmbeddingBagCollectionSharder()])
