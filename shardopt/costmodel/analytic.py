@@ -148,7 +148,7 @@ class AnalyticCostModel(CostModel):
             pooled = (sent.pooled + sent.host_local) * pooled_slope
             allreduce = 2 * even * sent.allreduce * (world - 1) / world
             return sent.ids * even + pooled, pooled + allreduce
-        fitted = self.calibration.comm.get(world) if self.calibration else None
+        fitted = self.calibration.comm.get(world) if self.calibration and not declares_links(workload) else None
         if fitted is not None:
             beta = fitted[1]
             pooled = (sent.pooled + sent.host_local) * beta
@@ -161,7 +161,13 @@ class AnalyticCostModel(CostModel):
         return fwd, bwd
 
     def comm_curves(self, workload: Workload) -> CommCurves | None:
-        """The measured all-to-all curves this model reads the workload's comm from, if any."""
+        """The measured all-to-all curves this model reads the workload's comm from, if any.
+
+        Links the workload declares describe the cluster it will run on; curves measured here do
+        not, so a workload that declares links is priced from them (issue 21 makes this the rule
+        for every tool)."""
+        if declares_links(workload):
+            return None
         curves = self.calibration.comm_curves if self.calibration else None
         world = workload.topology.world_size
         return curves if curves is not None and world > 1 and curves.covers(world) else None
@@ -236,7 +242,7 @@ class AnalyticCostModel(CostModel):
         kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
         if self.calibration is not None:
             fwd_k, bwd_k = self.calibration.fwd_kernel_s, self.calibration.bwd_kernel_s
-            fitted = self.calibration.comm.get(world)
+            fitted = None if declares_links(workload) else self.calibration.comm.get(world)
         else:
             fwd_k = bwd_k = hw.kernel_us * 1e-6
             fitted = None
@@ -271,9 +277,9 @@ class AnalyticCostModel(CostModel):
                     memory[rank] += cost.hbm_bytes
                     kinds[rank].add(placed.sharding_type)
         world = workload.topology.world_size
-        curves = self.calibration.comm_curves if self.calibration else None
+        curves = self.comm_curves(workload)
         measured_comm = None
-        if curves is not None and world > 1 and curves.covers(world):
+        if curves is not None:
             # The rank's whole traffic read off the measured curves, as replay reads it.
             measured_comm = rank_comm_from_all_to_all(workload, tables, curves.seconds)
         out = []
@@ -315,3 +321,9 @@ def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
 def _secant(curves: CommCurves, world: int, pattern: str, around: float) -> float:
     low, high = around / 2, around * 2
     return (curves.seconds(world, pattern, high) - curves.seconds(world, pattern, low)) / (high - low)
+
+
+def declares_links(workload: Workload) -> bool:
+    """Whether the workload says what its links are (bandwidths or latency)."""
+    topo = workload.topology
+    return any(x is not None for x in (topo.intra_host_bw, topo.inter_host_bw, topo.comm_latency_us))

@@ -129,3 +129,23 @@ def test_cpu_model_warns_when_this_machine_is_another_cpu(monkeypatch):
     monkeypatch.setattr(dataset, "cpu_fingerprint", lambda: "GenuineIntel/6/85/7 avx2")
     _, warnings = resolve_cost_model("analytic", workload)
     assert any("calibrated on CPU" in w and "GenuineIntel/6/85/7 avx2" in w for w in warnings)
+
+
+def test_declared_links_win_over_the_curves_measured_here():
+    """A workload that declares its links describes the cluster it will run on; the packaged CPU
+    model's all-to-all curves were measured on this machine (issue 19: a 1000x slower declared link
+    gave the same prediction)."""
+    from shardopt.costmodel.registry import resolve_cost_model
+
+    base = {"version": 1, "name": "links", "batch_size": 512,
+            "topology": {"world_size": 4, "hbm_cap": "4GB", "compute_device": "cpu"},
+            "tables": [{"name": f"t{i}", "num_embeddings": 50_000, "embedding_dim": 64, "pooling_factor": 8}
+                       for i in range(8)]}
+    plain = workload_from_dict(base)
+    slow = workload_from_dict({**base, "topology": {**base["topology"], "intra_host_bw": 0.01}})
+    model, _ = resolve_cost_model("analytic", plain)
+    assert model.comm_curves(plain) is not None and model.comm_curves(slow) is None
+    tables = [TablePlan(name=f"t{i}", sharding_type="table_wise",
+                        shards=(Shard(rank=i % 4, offsets=(0, 0), sizes=(50_000, 64)),)) for i in range(8)]
+    comm = [sum(r.fwd_comm_ms + r.bwd_comm_ms for r in model.breakdown(w, tables)) for w in (plain, slow)]
+    assert comm[1] > 10 * comm[0]
