@@ -1,0 +1,54 @@
+"""The ``gate`` command: plan-quality CI for users' own workloads and committed plans."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from shardopt.cli.app import main
+from shardopt.cli.options import plan_config_options
+from shardopt.contracts import PlanConfig
+from shardopt.core.errors import ShardoptError
+
+
+def _tolerance(value: str) -> float:
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ShardoptError(f"--tolerance: must be a share such as 2% or 0.02, got {value!r}") from None
+    if not 0 <= number < 1:
+        raise ShardoptError(f"--tolerance: must be at least 0% and under 100%, got {value!r}")
+    return number
+
+
+@main.command()
+@click.argument("workloads", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The committed baseline (JSON); --update writes it.")
+@click.option("--tolerance", default="2%", show_default=True, help="Largest regression that passes.")
+@click.option("--update", is_flag=True, help="Rewrite the baseline with this run and say what changed.")
+@click.option("--plans", "plans_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder of committed plans (<workload name>.json): gate them, and find stale ones.")
+@click.option("--fix", is_flag=True, help="With --plans: write a fresh plan over each stale one.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JUnit XML: one test case per workload and check.")
+@click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Markdown summary (e.g. $GITHUB_STEP_SUMMARY), per-rank bars beside it.")
+@plan_config_options()
+def gate(workloads: tuple[Path, ...], baseline: Path, tolerance: str, update: bool, plans_dir: Path | None,
+         fix: bool, junit: Path | None, summary: Path | None, config: PlanConfig) -> None:
+    """Gate plan quality of WORKLOADS against a baseline: exit 1 naming each regression."""
+    from shardopt.gate.run import run_gate
+
+    tol = _tolerance(tolerance)
+    if fix and plans_dir is None:
+        raise ShardoptError("--fix: needs --plans DIR, the committed plans to refresh")
+    ok, lines = run_gate(list(workloads), baseline, tol, config, update=update, plans_dir=plans_dir, fix=fix,
+                         junit=junit, summary=summary)
+    click.echo("\n".join(lines))
+    if not ok:
+        click.echo(f"plan-quality gate FAILED against {baseline}", err=True)
+        sys.exit(1)

@@ -1,0 +1,104 @@
+"""The gate from end to end: measure every workload, compare, refresh, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from shardopt.contracts import PlanConfig
+from shardopt.core.errors import ShardoptError
+from shardopt.gate.check import Finding, Measured, compare, measure, stale
+from shardopt.gate.state import read_baseline, write_baseline
+
+
+def _check_outputs(workloads, baseline: Path, update: bool, plans_dir, junit, summary) -> None:
+    from shardopt.core.files import check_output
+
+    inputs = list(workloads) + ([] if update else [baseline])
+    if update:
+        check_output(baseline, option="--baseline", inputs=list(workloads), suffixes=(".json",))
+    elif not baseline.is_file():
+        raise ShardoptError(f"{baseline}: --baseline: no such file (write one with --update)")
+    for path, option, suffix in ((junit, "--junit", ".xml"), (summary, "--summary", ".md")):
+        if path is not None:
+            check_output(path, option=option, inputs=inputs, suffixes=(suffix,))
+    if plans_dir is not None and not plans_dir.is_dir():
+        raise ShardoptError(f"{plans_dir}: --plans: no such folder")
+
+
+def run_gate(
+    workloads: list[Path], baseline: Path, tolerance: float, config: PlanConfig, *, update: bool = False,
+    plans_dir: Optional[Path] = None, fix: bool = False, junit: Optional[Path] = None,
+    summary: Optional[Path] = None,
+) -> tuple[bool, list[str]]:
+    """(passed, lines to print). Inputs are checked before any planning; outputs are atomic."""
+    from shardopt.core.files import write_atomic
+    from shardopt.gate.report import findings_table, junit_xml, markdown_summary, write_bars
+
+    _check_outputs(workloads, baseline, update, plans_dir, junit, summary)
+    base = None if update else read_baseline(baseline)
+    measured, findings = [], []
+    for path in workloads:
+        fresh = measure(path, config)
+        if fresh.name in {m.name for m in measured}:
+            raise ShardoptError(f"{path}: name: workload {fresh.name!r} is given twice")
+        now = fresh
+        if plans_dir is not None:
+            now, finding = _committed(fresh, plans_dir, config, tolerance, fix)
+            findings.append(finding)
+        measured.append(now)
+    lines = []
+    if update:
+        states = {m.name: m.state for m in measured}
+        lines.append(_what_changed(baseline, states))
+        write_baseline(baseline, states, tolerance)
+        models = sorted({s.cost_model for s in states.values()})
+        lines.append(f"wrote the baseline {baseline} ({len(states)} workloads, cost models {', '.join(models)})")
+    else:
+        for m in measured:
+            findings += compare(m.name, base["workloads"].get(m.name), m.state, tolerance)
+    if findings:
+        lines.insert(0, findings_table(findings))
+    if junit is not None:
+        write_atomic(junit, junit_xml(findings))
+    if summary is not None:
+        bars = write_bars(measured, summary.parent)
+        write_atomic(summary, markdown_summary(findings, bars))
+    return all(f.ok for f in findings), lines
+
+
+def _committed(fresh: Measured, plans_dir: Path, config: PlanConfig, tolerance: float, fix: bool):
+    """The committed plan scored (the one that will run), and whether it went stale."""
+    from shardopt.core.plan import write_plan
+
+    path = plans_dir / f"{fresh.name}.json"
+    if not path.is_file():
+        finding = Finding(fresh.name, "plan", False, f"{path}: no committed plan (--fix writes one)")
+    else:
+        committed = measure(fresh.path, config, plan_path=path)
+        finding = stale(committed, fresh, tolerance, path)
+        if finding.ok:
+            return committed, finding
+    if not fix:
+        return fresh, finding
+    write_plan(fresh.plan, path)
+    return fresh, Finding(fresh.name, "plan", True, f"{path}: wrote a fresh plan ({finding.message.split(': ', 1)[-1]})")
+
+
+def _what_changed(baseline: Path, states: dict) -> str:
+    """A line per workload whose step moved against the old baseline, if there was one."""
+    if not baseline.is_file():
+        return "no earlier baseline"
+    try:
+        old = read_baseline(baseline)
+    except ShardoptError:
+        return "the earlier baseline was unreadable; replaced"
+    out = []
+    for name, state in sorted(states.items()):
+        before = old["workloads"].get(name)
+        if before is None:
+            out.append(f"{name}: added")
+        elif abs(state.step_ms - before.step_ms) > 1e-9 or state.workload_sha256 != before.workload_sha256:
+            out.append(f"{name}: step {before.step_ms:.3f} -> {state.step_ms:.3f} ms")
+    out += [f"{name}: removed" for name in sorted(set(old["workloads"]) - set(states))]
+    return "; ".join(out) or "no change against the earlier baseline"
