@@ -37,9 +37,11 @@ def _tolerance(value: str) -> float:
               help="JUnit XML: one test case per workload and check.")
 @click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Markdown summary (e.g. $GITHUB_STEP_SUMMARY), per-rank bars beside it.")
+@click.option("--replay", is_flag=True, help="Also measure each plan on this machine's kernels (nightly"
+              " jobs): reported beside the prediction, never gated.")
 @plan_config_options()
 def gate(workloads: tuple[Path, ...], baseline: Path, tolerance: str, update: bool, plans_dir: Path | None,
-         fix: bool, junit: Path | None, summary: Path | None, config: PlanConfig) -> None:
+         fix: bool, junit: Path | None, summary: Path | None, replay: bool, config: PlanConfig) -> None:
     """Gate plan quality of WORKLOADS against a baseline: exit 1 naming each regression."""
     from shardopt.gate.run import run_gate
 
@@ -47,7 +49,7 @@ def gate(workloads: tuple[Path, ...], baseline: Path, tolerance: str, update: bo
     if fix and plans_dir is None:
         raise ShardoptError("--fix: needs --plans DIR, the committed plans to refresh")
     ok, lines = run_gate(list(workloads), baseline, tol, config, update=update, plans_dir=plans_dir, fix=fix,
-                         junit=junit, summary=summary)
+                         junit=junit, summary=summary, replay=replay)
     click.echo("\n".join(lines))
     if not ok:
         click.echo(f"plan-quality gate FAILED against {baseline}", err=True)

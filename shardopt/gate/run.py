@@ -29,7 +29,7 @@ def _check_outputs(workloads, baseline: Path, update: bool, plans_dir, junit, su
 def run_gate(
     workloads: list[Path], baseline: Path, tolerance: float, config: PlanConfig, *, update: bool = False,
     plans_dir: Optional[Path] = None, fix: bool = False, junit: Optional[Path] = None,
-    summary: Optional[Path] = None,
+    summary: Optional[Path] = None, replay: bool = False,
 ) -> tuple[bool, list[str]]:
     """(passed, lines to print). Inputs are checked before any planning; outputs are atomic."""
     from shardopt.core.files import write_atomic
@@ -57,6 +57,8 @@ def run_gate(
     else:
         for m in measured:
             findings += compare(m.name, base["workloads"].get(m.name), m.state, tolerance)
+    if replay:
+        findings += [_replayed(m) for m in measured if m.per_rank]
     if findings:
         lines.insert(0, findings_table(findings))
     if junit is not None:
@@ -83,6 +85,24 @@ def _committed(fresh: Measured, plans_dir: Path, config: PlanConfig, tolerance: 
         return fresh, finding
     write_plan(fresh.plan, path)
     return fresh, Finding(fresh.name, "plan", True, f"{path}: wrote a fresh plan ({finding.message.split(': ', 1)[-1]})")
+
+
+def _replayed(m: Measured) -> Finding:
+    """The plan measured on this machine's kernels: for nightly jobs, reported, never gated (a
+    measurement on one machine does not compare with a baseline measured on another)."""
+    from shardopt.contracts import Breakdown
+    from shardopt.measure.replay import replay_plan
+
+    if m.workload.topology.compute_device != "cpu":
+        return Finding(m.name, "replayed", True, "not replayed: a cuda workload (replay runs CPU workloads here)")
+    try:
+        result = replay_plan(m.workload, m.plan)
+    except (ShardoptError, RuntimeError) as exc:
+        return Finding(m.name, "replayed", True, f"not replayed: {' '.join(str(exc).split())}")
+    measured = Breakdown.of(result.per_rank).step_ms
+    predicted = Breakdown.of(m.per_rank).step_ms
+    return Finding(m.name, "replayed", True, f"replayed step {measured:.3f} ms on this machine's kernels"
+                   f" (predicted {predicted:.3f} ms; reported, not gated)", predicted, measured)
 
 
 def _what_changed(baseline: Path, states: dict) -> str:

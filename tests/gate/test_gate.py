@@ -128,3 +128,10 @@ def test_junit_and_markdown(repo, runner):
 def test_bad_input_is_exit_2_in_one_line(repo, runner, args, words):
     result = run_cli(runner, "gate", "tiny.yaml", *args)
     assert result.exit_code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_replay_reports_the_measured_step_without_gating_it(repo, runner):
+    result = run_cli(runner, "gate", "tiny.yaml", "--baseline", "gate.json", *LIMIT, "--replay")
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if " replayed " in line)
+    assert "replayed step" in line and "not gated" in line
