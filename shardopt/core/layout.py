@@ -21,12 +21,21 @@ def optimizer_state_bytes(optimizer: str, rows: int, cols: int) -> int:
 
 
 def weight_bytes(table: Table, rows: int, cols: int) -> int:
-    weights = rows * cols * DATA_TYPE_BYTES[table.data_type]
-    if table.data_type == "int8":
+    return _weights(table.data_type, rows, cols)
+
+
+def _weights(data_type: str, rows: int, cols: int) -> int:
+    weights = rows * cols * DATA_TYPE_BYTES[data_type]
+    if data_type == "int8":
         weights += rows * INT8_ROW_OVERHEAD
     return weights
 
 
 def shard_bytes(optimizer: str, table: Table, rows: int, cols: int) -> int:
     """Weights plus optimizer state of a ``rows`` x ``cols`` shard."""
-    return weight_bytes(table, rows, cols) + optimizer_state_bytes(optimizer, rows, cols)
+    return typed_bytes(optimizer, table.data_type, rows, cols)
+
+
+def typed_bytes(optimizer: str, data_type: str, rows: int, cols: int) -> int:
+    """:func:`shard_bytes` from a data type alone (where no valid Table can be built)."""
+    return _weights(data_type, rows, cols) + optimizer_state_bytes(optimizer, rows, cols)

@@ -58,10 +58,11 @@ def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, va
     breakdown = Breakdown.of(model.breakdown(workload, plan.tables))
     hbm, _ = plan_memory(workload, plan.tables)
     tables = {}
+    by_name = {t.name: t for t in workload.tables}
     for tp in plan.tables:
-        if tp.name not in {t.name for t in workload.tables}:
+        table = by_name.get(tp.name)
+        if table is None:
             continue
-        table = workload.table(tp.name)
         cost = sum(model.shard_cost(workload, ShardSpec(table, tp.sharding_type, s.sizes[0], s.sizes[1],
                                                         tp.compute_kernel, tp.cache_load_factor)).total_ms
                    for s in tp.shards)

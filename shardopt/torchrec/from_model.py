@@ -182,17 +182,15 @@ def _topology(topology) -> dict:
         raise ShardoptError(f"topology.compute_device: shardopt plans cuda or cpu, got {device!r}")
     hbm = min(int(d.storage.hbm) for d in topology.devices)
     ddr = min(int(d.storage.ddr) for d in topology.devices)
+    tables = min(table_storage(d.storage, device) for d in topology.devices)
     if len({(int(d.storage.hbm), int(d.storage.ddr)) for d in topology.devices}) > 1:
         logger.info("ranks differ in storage; shardopt plans every rank with the smallest (%d HBM, %d DDR bytes)",
                     hbm, ddr)
     local = topology.local_world_size
     out = {"world_size": topology.world_size, "local_world_size": local, "compute_device": device}
-    if device == "cuda":
-        out["hbm_cap"] = hbm
-        if ddr:
-            out["ddr_cap"] = ddr * local
-    else:
-        out["hbm_cap"] = ddr  # on CPU the tables live in the rank's DRAM
+    out["hbm_cap"] = tables
+    if device == "cuda" and ddr:
+        out["ddr_cap"] = ddr * local
     # TorchRec's bandwidths are bytes per ms; shardopt's GB/s. Its defaults say nothing about the
     # cluster (the hardware profile's links stand then); a value the user set is the cluster's.
     intra, inter = float(topology.intra_host_bw), float(topology.inter_host_bw)
@@ -201,6 +199,11 @@ def _topology(topology) -> dict:
     if inter != CROSS_NODE_BANDWIDTH:
         out["inter_host_bw"] = inter * 1e3 / 1e9
     return out
+
+
+def table_storage(storage, device: str) -> int:
+    """The bytes of a TorchRec device's Storage that hold tables: HBM on a GPU, DRAM on a CPU rank."""
+    return int(storage.hbm if device == "cuda" else storage.ddr)
 
 
 def torchrec_topology(workload: Workload):

@@ -26,7 +26,7 @@ from shardopt.core.errors import ShardoptError
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.torchrec.estimator import ShardoptEstimator  # noqa: F401 - shardopt.torchrec exports it
-from shardopt.torchrec.from_model import NoTables, Origin, workload_from_module
+from shardopt.torchrec.from_model import NoTables, Origin, table_storage, workload_from_module
 from shardopt.torchrec.sharding_plan import to_sharding_plan
 
 logger = logging.getLogger(__name__)
@@ -153,22 +153,16 @@ class ShardoptPlanner(ShardingPlanner):
         from shardopt.torchrec.planner_errors import model_bytes, planner_error
 
         device = topology.compute_device
-        hbm = sum(int(d.storage.hbm if device == "cuda" else d.storage.ddr) for d in reserved.devices)
+        hbm = sum(table_storage(d.storage, device) for d in reserved.devices)
         ddr = sum(int(d.storage.ddr) for d in reserved.devices) if device == "cuda" else 0
-        cap = topology.devices[0].storage
-        reserved_per_rank = int((cap.hbm if device == "cuda" else cap.ddr)
-                                - (reserved.devices[0].storage.hbm if device == "cuda" else reserved.devices[0].storage.ddr))
         error = planner_error(exc, need=model_bytes(module, sharders), hbm=hbm, ddr=ddr,
-                              reserved=reserved_per_rank, restricted=restricted)
+                              reserved=_reserved_per_rank(topology, reserved), restricted=restricted)
         return error if error is not None else exc
 
     def _log_stats(self, workload: Workload, plan: Plan, topology: Topology, reserved: Topology) -> None:
         from shardopt.torchrec.stats import stats_text
 
-        device = topology.compute_device
-        before = topology.devices[0].storage.hbm if device == "cuda" else topology.devices[0].storage.ddr
-        after = reserved.devices[0].storage.hbm if device == "cuda" else reserved.devices[0].storage.ddr
-        self.last_stats = stats_text(workload, plan, int(before - after))
+        self.last_stats = stats_text(workload, plan, _reserved_per_rank(topology, reserved))
         if self.debug:
             logger.info("\n%s", self.last_stats)
 
@@ -184,6 +178,12 @@ class ShardoptPlanner(ShardingPlanner):
             box[0] = self.plan(module, sharders)
         dist.broadcast_object_list(box, src=dist.get_global_rank(pg, 0), group=pg)
         return box[0]
+
+
+def _reserved_per_rank(topology: Topology, reserved: Topology) -> int:
+    """Table memory the storage reservation took off rank 0."""
+    device = topology.compute_device
+    return table_storage(topology.devices[0].storage, device) - table_storage(reserved.devices[0].storage, device)
 
 
 def _load_plan(path: str, workload: Workload) -> Plan:

@@ -24,7 +24,7 @@ class ShardoptPlannerError(PlannerError, ValueError):
 def model_bytes(module, sharders) -> int:
     """Weights plus row-wise Adagrad state of every table the sharders shard, whole: what any plan
     must hold somewhere (read off the configs, so it works where a workload cannot be built)."""
-    from shardopt.core.layout import DATA_TYPE_BYTES, INT8_ROW_OVERHEAD
+    from shardopt.core.layout import typed_bytes
     from shardopt.torchrec.from_model import DATA_TYPES, _configs, _module_types, _sharder_of
 
     ebc_type, ec_type, _ = _module_types()
@@ -33,8 +33,7 @@ def model_bytes(module, sharders) -> int:
         if isinstance(child, (ebc_type, ec_type)) and _sharder_of(child, sharders) is not None:
             for c in _configs(child):
                 dtype = DATA_TYPES.get(c.data_type.name, "fp32")
-                row = c.embedding_dim * DATA_TYPE_BYTES[dtype] + (INT8_ROW_OVERHEAD if dtype == "int8" else 0) + 4
-                total += int(c.num_embeddings) * row
+                total += typed_bytes("rowwise_adagrad", dtype, int(c.num_embeddings), int(c.embedding_dim))
     return total
 
 
