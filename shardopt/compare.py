@@ -55,7 +55,8 @@ def compare_with_torchrec(
     comm=None,
 ) -> Comparison:
     """Plan with TorchRec's planner and with shardopt (``config``), score both with ``model`` and,
-    with ``rounds``, replay both side by side (``comm``: the all-to-all source, None: declared)."""
+    with ``rounds``, replay both side by side (``comm``: the all-to-all source; None: the
+    comm-source rule's for ``model``, as its predictions have)."""
     from shardopt.planner import plan_with
     from shardopt.torchrec.to_model import torchrec_plan
 
@@ -65,12 +66,13 @@ def compare_with_torchrec(
     for name, plan, seconds in (("shardopt", ours, ours_s), ("torchrec", theirs, theirs_s)):
         out.sides[name] = Side(plan, seconds, predicted(model, workload, plan))
     if rounds:
-        from shardopt.measure.replay import replay_side_by_side
+        from shardopt.measure.replay import comm_for, replay_side_by_side
 
+        comm = comm or comm_for(workload, model)
         result = replay_side_by_side(workload, {"shardopt": ours, "torchrec": theirs}, rounds, comm=comm)
         for name, side in out.sides.items():
             side.measured = (result.step_ms(name), result.bottleneck_ms(name))
-        out.comm_name = comm.name if comm else "declared bandwidths"
+        out.comm_name = comm.name
     return out
 
 

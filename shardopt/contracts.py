@@ -151,7 +151,6 @@ DEFAULT_TIME_LIMIT_S = 5.0
 DEFAULT_CANDIDATES = "torchrec"
 SearchName = Literal["ilp", "greedy"]
 CandidateSet = Literal["torchrec", "all"]
-CommSource = Literal["cost-model"]
 
 
 @pydantic_dataclass(frozen=True, config=STRICT)
@@ -161,8 +160,10 @@ class PlanConfig:
     ``search``: CP-SAT warm-started by greedy, or the greedy alone; ``time_limit_s`` sizes the
     search's deterministic work; ``candidates``: the cuts TorchRec can run, or also hot-row
     replicas and uneven row splits; ``cost_model``: a registry spec (``analytic``, ``learned``, a
-    model file); ``comm_source``: where communication costs come from (today the cost model's: its
-    measured curves if it carries them, else the workload's declared links).
+    model file); ``comm_source``: where communication costs come from: ``auto`` (the workload's
+    declared links, else the hardware profile's, or all-to-all times the model measured on that
+    very target; :mod:`shardopt.costmodel.comm_source`), or a profile folder whose measured
+    all-to-all times are to be used (``--comm-profile``).
     """
 
     search: SearchName = "ilp"
@@ -170,7 +171,7 @@ class PlanConfig:
     candidates: CandidateSet = DEFAULT_CANDIDATES
     objective: ObjectiveName = "critical-path"
     cost_model: str = "analytic"
-    comm_source: CommSource = "cost-model"
+    comm_source: Annotated[str, Strict(), Field(min_length=1)] = "auto"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

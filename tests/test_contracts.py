@@ -176,4 +176,4 @@ def test_cli_plugin_bench_and_search_defaults_are_the_configs(tmp_path, monkeypa
 
 def test_phases_are_the_four_of_a_step():
     assert PHASES == ("fwd_compute_ms", "fwd_comm_ms", "bwd_compute_ms", "bwd_comm_ms")
-    assert json.loads(PlanConfig().to_json())["comm_source"] == "cost-model"
+    assert json.loads(PlanConfig().to_json())["comm_source"] == "auto"

@@ -9,9 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import Interrupted, command_line, main
-from shardopt.cli.options import (
-    SEED, TIME_LIMIT,
-)
+from shardopt.cli.options import COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.core.errors import ShardoptError
 
 
@@ -85,9 +83,7 @@ def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str
 @main.command()
 @click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path),
-              help="Profile dataset whose all-to-all points give the communication times"
-              " [default: the workload's declared bandwidths].")
+@click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), help=COMM_PROFILE_HELP)
 @click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch"]), default="auto",
               show_default=True)
 @click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True)
@@ -100,22 +96,24 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
     import warnings
 
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
-    from shardopt.costmodel.analytic import AnalyticCostModel
     from shardopt.arithmetic.checks import read_checked
-    from shardopt.measure.replay import replay_plan
+    from shardopt.costmodel.comm_source import load_comm_profile
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.replay import comm_for, replay_plan
     from shardopt.measure.replay_report import replay_json, replay_table
-    from shardopt.measure.replay import profiled_comm
 
     wl, _, plan_obj = read_checked(workload, plan_file)
-    comm = None
-    if comm_profile is not None:
-        comm = profiled_comm(comm_profile, wl.topology.world_size)
+    profile = load_comm_profile(str(comm_profile)) if comm_profile is not None else None
+    model, _ = resolve_cost_model("analytic", wl, profile)
+    comm = comm_for(wl, model)  # the rule plan follows, so both columns read comm from one source
     predicted = plan_obj.predicted
-    if predicted is None:
-        per_rank = AnalyticCostModel().breakdown(wl, plan_obj.tables)
-        predicted_name, predicted_ranks = "analytic-v0", per_rank
+    if predicted is None or profile is not None:
+        predicted_name, predicted_ranks = model.name, model.breakdown(wl, plan_obj.tables)
     else:
         predicted_name, predicted_ranks = predicted.cost_model, list(predicted.per_rank)
+        if predicted.comm_source and predicted.comm_source != comm.name:
+            click.echo(f"warning: {plan_file}: predicted with comm from {predicted.comm_source};"
+                       f" replay takes it from {comm.name}", err=True)
     started = time.perf_counter()
     try:
         result = replay_plan(
@@ -133,7 +131,9 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
 
 
 @main.command()
-@click.option("--suite", type=click.Choice(["unit", "ci", "full"]), default="ci", show_default=True)
+@click.option("--suite", type=click.Choice(["unit", "ci", "full", "regimes", "regimes-tuning"]), default="ci",
+              show_default=True, help="regimes: held-out tasks with declared links (compute-bound,"
+              " comm-bound, hot small tables); regimes-tuning: their tuning half.")
 @click.option("--planners", default=None,
               help="Comma-separated planners [default: all for full; shardopt and the baselines for ci].")
 @click.option("--rounds", type=click.IntRange(0, 1000), default=0, show_default=True,
@@ -154,7 +154,7 @@ def bench(suite: str, planners: str | None, rounds: int, time_limit: float, chec
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     from shardopt.bench.suite import PLANNERS, entries_to_json, run_suite
-    from shardopt.bench.tasks import suite_tasks
+    from shardopt.bench.suites import suite_tasks
     from shardopt.core.files import check_output, check_output_folder
 
     if update and check_file is None:

@@ -63,6 +63,10 @@ TIME_LIMIT_HELP = ("Search effort, in seconds on a 2-core machine: it sizes the 
                    " plan on a busy machine; the wall clock stops a search only past 3x this.")
 CANDIDATES_HELP = ("torchrec: only cuts TorchRec runs as is; all: also row-wise over a subset of ranks"
                    " and FlexShard hot-row replicas, which need a runtime that supports them.")
+COMM_PROFILE_HELP = ("Profile folder whose measured all-to-all times price communication. Default: the"
+                     " workload's declared links, else its hardware profile's (all-to-all times the"
+                     " model measured are used only on that very target: same hardware, one host, no"
+                     " links declared).")
 OBJECTIVE_HELP = ("critical-path: the sum over a step's phases (lookups, all-to-all, backward all-to-all,"
                   " backward lookups) of the slowest rank in each, as a synchronous step takes; bottleneck:"
                   " the slowest rank's total.")
@@ -79,13 +83,16 @@ def plan_config_options(*, search: bool = True):
 
     def decorate(func):
         @functools.wraps(func)
-        def wrapper(*args, cost_model, time_limit, search_name="ilp", candidate_set=DEFAULT_CANDIDATES,
-                    objective="critical-path", **kwargs):
+        def wrapper(*args, cost_model, time_limit, comm_profile=None, search_name="ilp",
+                    candidate_set=DEFAULT_CANDIDATES, objective="critical-path", **kwargs):
             config = PlanConfig(search=search_name, time_limit_s=time_limit, candidates=candidate_set,
-                                objective=objective, cost_model=cost_model)
+                                objective=objective, cost_model=cost_model,
+                                comm_source="auto" if comm_profile is None else str(comm_profile))
             return func(*args, config=config, **kwargs)
 
-        options = [cost_model_option]
+        options = [cost_model_option, click.option(
+            "--comm-profile", type=click.Path(file_okay=False, path_type=Path), default=None,
+            help=COMM_PROFILE_HELP)]
         if search:
             options.append(click.option(
                 "--search", "search_name", type=click.Choice(["ilp", "greedy"]), default="ilp",

@@ -9,9 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import main
-from shardopt.cli.options import (
-    model_path, plan_config_options,
-)
+from shardopt.cli.options import COMM_PROFILE_HELP, model_path, plan_config_options
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ShardoptError
 
@@ -86,8 +84,10 @@ def validate(workload: Path, plan_file: Path) -> None:
 @click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--cost-model", "cost_model", default="analytic", show_default=True,
               help="analytic | analytic-v0 | learned | PATH of a model file.")
+@click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=COMM_PROFILE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the breakdown as JSON.")
-def evaluate(workload: Path, plan_file: Path, cost_model: str, as_json: bool) -> None:
+def evaluate(workload: Path, plan_file: Path, cost_model: str, comm_profile: Path | None, as_json: bool) -> None:
     """Print a cost model's per-rank breakdown of PLAN (ours or anyone's)."""
     import dataclasses
     import json
@@ -96,19 +96,23 @@ def evaluate(workload: Path, plan_file: Path, cost_model: str, as_json: bool) ->
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.planner.summary import breakdown_table
 
+    from shardopt.costmodel.comm_source import load_comm_profile
+
     wl, _, plan_obj = read_checked(workload, plan_file)
-    model, warnings = resolve_cost_model(cost_model, wl)
+    profile = load_comm_profile(str(comm_profile)) if comm_profile is not None else None
+    model, warnings = resolve_cost_model(cost_model, wl, profile)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     per_rank = model.breakdown(wl, plan_obj.tables)
+    comm = model.comm_choice(wl).label
     if as_json:
         from shardopt.contracts import Breakdown
 
-        data = {"cost_model": model.name, "max_ms": Breakdown.of(per_rank).bottleneck_ms,
-                "per_rank": [dataclasses.asdict(r) for r in per_rank]}
+        data = {"cost_model": model.name, "comm_source": comm, "max_ms": Breakdown.of(per_rank).bottleneck_ms,
+                "step_ms": Breakdown.of(per_rank).step_ms, "per_rank": [dataclasses.asdict(r) for r in per_rank]}
         click.echo(json.dumps(data, indent=1))
         return
-    click.echo(f"{plan_file}: predicted by {model.name}")
+    click.echo(f"{plan_file}: predicted by {model.name}; comm priced from {comm}")
     click.echo(breakdown_table(wl, per_rank))
 
 
@@ -149,10 +153,7 @@ def report(plan_file: Path, workload: Path | None, output: Path) -> None:
 @click.option("--rounds", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Replay rounds (with --replay): both plans' ranks timed in a shuffled order each"
               " round; steps and bottlenecks are read off per-rank medians.")
-@click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Profile whose all-to-all points give replay's communication"
-              " [default: the packaged CPU profile for CPU workloads, else declared bandwidths].")
-def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int, comm_profile: Path | None) -> None:
+def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int) -> None:
     """Plan WORKLOAD with TorchRec's planner and with shardopt; print both side by side."""
     import logging
     import warnings
@@ -161,17 +162,12 @@ def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int, co
     logging.disable(logging.WARNING)
     from shardopt.compare import compare_with_torchrec, comparison_text
     from shardopt.core.workload import read_workload
-    from shardopt.measure.replay import packaged_cpu_comm, profiled_comm
+    from shardopt.measure.replay import comm_for
     from shardopt.planner import resolve_model
 
     wl, sha = read_workload(workload)
-    comm = None
-    if do_replay:
-        if comm_profile is not None:
-            comm = profiled_comm(comm_profile, wl.topology.world_size)
-        elif wl.topology.compute_device == "cpu":
-            comm = packaged_cpu_comm()
     model, notes = resolve_model(config, wl)
+    comm = comm_for(wl, model) if do_replay else None
     for note in notes:
         click.echo(f"warning: {note}", err=True)
     result = compare_with_torchrec(wl, model, config, sha256=sha, rounds=rounds if do_replay else 0, comm=comm)

@@ -100,6 +100,7 @@ class Predicted:
     lower_bound_ms: Milliseconds
     per_rank: Annotated[tuple[RankBreakdown, ...], Field(min_length=1)]
     search: Optional[SearchInfo] = None
+    comm_source: Optional[Annotated[str, Strict()]] = None  # what priced communication, for people
 
     @property
     def bottleneck(self) -> RankBreakdown:

@@ -16,6 +16,7 @@ import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_curve import CommCurves
+from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.memory import shard_memory
@@ -53,9 +54,12 @@ class AnalyticCostModel(CostModel):
     profile of that hardware (then the model's name says so).
     """
 
-    def __init__(self, hardware: Hardware | None = None, calibration: Calibration | None = None) -> None:
+    def __init__(self, hardware: Hardware | None = None, calibration: Calibration | None = None,
+                 comm_profile: CommProfile | None = None) -> None:
         self._hardware = hardware
         self.calibration = calibration
+        self.comm_profile = comm_profile
+        self._choice_cache: tuple[Workload, CommChoice] | None = None
         self._slope_cache: tuple[Workload, tuple[float, float] | None] | None = None
         self._hw_cache: tuple[Hardware, Hardware] | None = None
         self._cache_cache: tuple[Workload, tuple[tuple[float, float], float]] | None = None
@@ -148,7 +152,7 @@ class AnalyticCostModel(CostModel):
             pooled = (sent.pooled + sent.host_local) * pooled_slope
             allreduce = 2 * even * sent.allreduce * (world - 1) / world
             return sent.ids * even + pooled, pooled + allreduce
-        fitted = self.calibration.comm.get(world) if self.calibration and not declares_links(workload) else None
+        fitted = self.comm_choice(workload).fitted
         if fitted is not None:
             beta = fitted[1]
             pooled = (sent.pooled + sent.host_local) * beta
@@ -160,17 +164,22 @@ class AnalyticCostModel(CostModel):
         bwd = sent.pooled * a2a + host_local + 2 * (world - 1) / world * sent.allreduce * a2a
         return fwd, bwd
 
-    def comm_curves(self, workload: Workload) -> CommCurves | None:
-        """The measured all-to-all curves this model reads the workload's comm from, if any.
+    def comm_choice(self, workload: Workload) -> CommChoice:
+        """Where this workload's comm is priced from (:mod:`shardopt.costmodel.comm_source`)."""
+        if self._choice_cache is None or self._choice_cache[0] is not workload:
+            cal = self.calibration
+            choice = choose_comm(
+                workload, cal.comm_curves if cal else None, cal.comm if cal else None,
+                cal.hardware if cal else None, self.comm_profile,
+            )
+            self._choice_cache = (workload, choice)
+        return self._choice_cache[1]
 
-        Links the workload declares describe the cluster it will run on; curves measured here do
-        not, so a workload that declares links is priced from them (issue 21 makes this the rule
-        for every tool)."""
-        if declares_links(workload):
-            return None
-        curves = self.calibration.comm_curves if self.calibration else None
-        world = workload.topology.world_size
-        return curves if curves is not None and world > 1 and curves.covers(world) else None
+    def comm_curves(self, workload: Workload) -> CommCurves | None:
+        """The measured all-to-all curves this model reads the workload's comm from, if the
+        comm-source rule picks measured times (declared links describe the target; curves
+        measured elsewhere do not)."""
+        return self.comm_choice(workload).curves
 
     def _curve_slopes(self, workload: Workload) -> tuple[float, float] | None:
         """Seconds per byte of the measured curves around a balanced rank's traffic.
@@ -242,7 +251,7 @@ class AnalyticCostModel(CostModel):
         kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
         if self.calibration is not None:
             fwd_k, bwd_k = self.calibration.fwd_kernel_s, self.calibration.bwd_kernel_s
-            fitted = None if declares_links(workload) else self.calibration.comm.get(world)
+            fitted = self.comm_choice(workload).fitted
         else:
             fwd_k = bwd_k = hw.kernel_us * 1e-6
             fitted = None
@@ -321,9 +330,3 @@ def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
 def _secant(curves: CommCurves, world: int, pattern: str, around: float) -> float:
     low, high = around / 2, around * 2
     return (curves.seconds(world, pattern, high) - curves.seconds(world, pattern, low)) / (high - low)
-
-
-def declares_links(workload: Workload) -> bool:
-    """Whether the workload says what its links are (bandwidths or latency)."""
-    topo = workload.topology
-    return any(x is not None for x in (topo.intra_host_bw, topo.inter_host_bw, topo.comm_latency_us))

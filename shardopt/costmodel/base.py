@@ -15,6 +15,7 @@ from shardopt.core.workload import Workload
 if TYPE_CHECKING:
     from shardopt.arithmetic.traffic import CommBytes
     from shardopt.costmodel.comm_curve import CommCurves
+    from shardopt.costmodel.comm_source import CommChoice
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,14 @@ class CostModel(abc.ABC):
 
     def comm_curves(self, workload: Workload) -> "CommCurves | None":
         """The measured all-to-all curves the model reads a rank's comm from, if any."""
-        return None
+        return self.comm_choice(workload).curves
+
+    def comm_choice(self, workload: Workload) -> "CommChoice":
+        """Where the model prices this workload's comm from (the one rule of
+        :mod:`shardopt.costmodel.comm_source`); a model with no measurements: the links."""
+        from shardopt.costmodel.comm_source import choose_comm
+
+        return choose_comm(workload)
 
     def comm_floor_ms(self, workload: Workload, average: "CommBytes", every_rank_sends: bool = False) -> float | None:
         """A floor under the busiest rank's comm when ranks average ``average`` bytes; None when

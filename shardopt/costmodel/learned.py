@@ -11,6 +11,7 @@ from shardopt.contracts import ShardSpec
 from shardopt.arithmetic.traffic import rank_comm_from_all_to_all
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.comm_source import CommProfile
 from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
 from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
 from shardopt.core.hardware import hardware_for
@@ -23,11 +24,11 @@ from shardopt.core.workload import Workload
 class LearnedCostModel(CostModel):
     """Set-pooled kernel costs and an all-to-all head; see :mod:`shardopt.costmodel.kernel_net`."""
 
-    def __init__(self, parts: LearnedParts, device: str = "cpu") -> None:
+    def __init__(self, parts: LearnedParts, device: str = "cpu", comm_profile: CommProfile | None = None) -> None:
         self.parts = parts
         self.device = device
         self.name = f"learned-{parts.calibration.hardware}"
-        self._analytic = AnalyticCostModel(calibration=parts.calibration)
+        self._analytic = AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile)
         self._predictors: dict = {}
 
     def _predictor(self, workload: Workload) -> KernelPredictor:
@@ -58,8 +59,8 @@ class LearnedCostModel(CostModel):
     def comm_floor_ms(self, workload: Workload, average, every_rank_sends: bool = False) -> float | None:
         return self._analytic.comm_floor_ms(workload, average, every_rank_sends)
 
-    def comm_curves(self, workload: Workload):
-        return self._analytic.comm_curves(workload)
+    def comm_choice(self, workload: Workload):
+        return self._analytic.comm_choice(workload)
 
     def additive(self, workload: Workload) -> bool:
         return False  # a rank's shards are priced together
@@ -93,9 +94,9 @@ class LearnedCostModel(CostModel):
             # Measured curves beat a net fitted to their few points, and replay reads the same.
             comm = rank_comm_from_all_to_all(workload, tables, lambda w, p, n: curves.seconds(w, p, n) * 1e3)
         else:
-            comm = rank_comm_from_all_to_all(
-                workload, tables, lambda w, p, n: predictor.all_to_all_seconds(n, w, p) * 1e3
-            )
+            # Links (declared or the hardware profile's) price comm as the analytic model does:
+            # the net's all-to-all head learned the profiled machine's links, not the target's.
+            comm = [(r.fwd_comm_ms, r.bwd_comm_ms) for r in self._analytic.placed_breakdown(workload, tables)]
         hbm, _ = plan_memory(workload, tables)
         out = []
         for rank in range(workload.topology.world_size):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.comm_source import CommProfile
 from shardopt.core.errors import ShardoptError
 from shardopt.core.hardware import DEFAULT_HARDWARE
 from shardopt.core.workload import Workload
@@ -29,18 +30,21 @@ def embedded_model_path(hardware: str) -> Path | None:
     return Path(str(path)) if path.is_file() else None
 
 
-def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[str]]:
-    """The model and any warnings (a model trained on other hardware than the workload's)."""
+def resolve_cost_model(
+    spec: str, workload: Workload, comm_profile: CommProfile | None = None
+) -> tuple[CostModel, list[str]]:
+    """The model and any warnings (a model trained on other hardware than the workload's);
+    ``comm_profile``: all-to-all curves the user named, which then price comm."""
     from shardopt.costmodel.store import load_model
 
     hardware = workload_hardware(workload)
     if spec == "analytic-v0":
-        return AnalyticCostModel(), []
+        return AnalyticCostModel(comm_profile=comm_profile), []
     if spec in ("analytic", "learned"):
         path = embedded_model_path(hardware)
         if path is None:
             if spec == "analytic":
-                return AnalyticCostModel(), []
+                return AnalyticCostModel(comm_profile=comm_profile), []
             raise ShardoptError(
                 f"--cost-model learned: no embedded model for hardware {hardware!r}; profile it"
                 f" (shardopt profile --preset full) and train one (shardopt train), then pass its path"
@@ -64,10 +68,10 @@ def resolve_cost_model(spec: str, workload: Workload) -> tuple[CostModel, list[s
     if other_cpu:
         warnings.append(f"{path}: {other_cpu}")
     if spec == "analytic":
-        return AnalyticCostModel(calibration=parts.calibration), warnings
+        return AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile), warnings
     from shardopt.costmodel.learned import LearnedCostModel
 
-    return LearnedCostModel(parts, device=workload.topology.compute_device), warnings
+    return LearnedCostModel(parts, device=workload.topology.compute_device, comm_profile=comm_profile), warnings
 
 
 def _other_cpu(trained_on: dict, workload: Workload) -> str | None:

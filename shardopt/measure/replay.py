@@ -5,8 +5,8 @@ a kernel of their own, since they pool the local batch only). Each kernel is fed
 rank really receives for one global batch drawn from the workload's access distributions:
 row-wise shards get the ids in their row range, column-wise shards every id of their table,
 data-parallel replicas the rank's local batch. Forward and backward (with the fused optimizer
-update) are timed with warm-up and medians. Communication comes from a measured all-to-all profile
-when one is given, else from the workload's declared bandwidths through the analytic model.
+update) are timed with warm-up and medians. Communication is not measured here (one machine has no
+cluster's links): it comes by the comm-source rule (:func:`comm_for`), as the prediction's does.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from shardopt.arithmetic.traffic import rank_comm_from_all_to_all
 from shardopt.core.errors import ShardoptError
 from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.costmodel.base import CostModel
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.plan_kernels import KernelKey, rank_kernels
 from shardopt.profile.bags import Bags, sample_bags
@@ -75,12 +76,14 @@ class CommSource:
 
 
 class DeclaredBandwidthComm(CommSource):
-    """The analytic model's communication terms: the topology's (or profile's) bandwidths."""
+    """A cost model's communication terms: the links the workload declares (or its hardware
+    profile's), as the comm-source rule picks them."""
 
     name = "declared bandwidths (analytic model)"
 
-    def __init__(self, model: Optional[AnalyticCostModel] = None) -> None:
+    def __init__(self, model: Optional[CostModel] = None, name: Optional[str] = None) -> None:
         self.model = model or AnalyticCostModel()
+        self.name = name or self.name
 
     def rank_comm_ms(self, workload, tables):
         return [(r.fwd_comm_ms, r.bwd_comm_ms) for r in self.model.breakdown(workload, tables)]
@@ -89,10 +92,11 @@ class DeclaredBandwidthComm(CommSource):
 class ProfiledComm(CommSource):
     """All-to-all times interpolated (log-log) from a measured profile at the plan's world size."""
 
-    def __init__(self, records: Sequence[dict], source: str) -> None:
-        self.curves = CommCurves.from_records(records)
+    def __init__(self, records: Sequence[dict], source: str, curves: Optional[CommCurves] = None,
+                 name: Optional[str] = None) -> None:
+        self.curves = curves if curves is not None else CommCurves.from_records(records)
         self.source = source
-        self.name = f"measured all-to-all ({source})"
+        self.name = name or f"measured all-to-all ({source})"
 
     def world_sizes(self) -> list[int]:
         return self.curves.world_sizes()
@@ -110,15 +114,14 @@ class ProfiledComm(CommSource):
         return rank_comm_from_all_to_all(workload, tables, self.time_ms)
 
 
-def packaged_cpu_comm() -> ProfiledComm:
-    """Communication from the all-to-all points of the CPU profile that ships with shardopt."""
-    from importlib import resources
-    from pathlib import Path
-
-    from shardopt.profile.dataset import ProfileDataset
-
-    folder = Path(str(resources.files("shardopt").joinpath("data/profiles/cpu-full")))
-    return ProfiledComm(list(ProfileDataset(folder).records("a2a")), "the packaged CPU profile")
+def comm_for(workload: Workload, model: CostModel) -> CommSource:
+    """Replay's communication by the same rule as the model's prediction
+    (:mod:`shardopt.costmodel.comm_source`): measured curves when the rule picks them, else the
+    links, so the predicted and measured columns read comm from one source."""
+    choice = model.comm_choice(workload)
+    if choice.curves is not None:
+        return ProfiledComm((), choice.label, curves=choice.curves, name=choice.label)
+    return DeclaredBandwidthComm(model, name=choice.label)
 
 
 def _rank_bags(

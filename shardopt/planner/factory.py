@@ -29,9 +29,11 @@ def build_search(config: PlanConfig) -> Search:
 
 def resolve_model(config: PlanConfig, workload: Workload) -> tuple[CostModel, list[str]]:
     """The configuration's cost model for this workload, and warnings worth showing a user."""
+    from shardopt.costmodel.comm_source import load_comm_profile
     from shardopt.costmodel.registry import resolve_cost_model
 
-    return resolve_cost_model(config.cost_model, workload)
+    profile = None if config.comm_source == "auto" else load_comm_profile(config.comm_source)
+    return resolve_cost_model(config.cost_model, workload, profile)
 
 
 def plan_with(

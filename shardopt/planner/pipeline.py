@@ -41,6 +41,7 @@ def plan_workload(
             solver_bound_ms=result.solver_bound_ms, variables=result.variables,
             repair_moves=result.repair_moves, objective=objective.name if objective else None,
         ),
+        comm_source=cost_model.comm_choice(workload).label if workload.topology.world_size > 1 else None,
     )
     return Plan(
         format=PLAN_FORMAT,

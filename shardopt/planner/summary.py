@@ -52,10 +52,17 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             f" {predicted.lower_bound_ms:.3f} ms (gap {predicted.gap:.1%});"
             f" memory cap {format_bytes(topo.hbm_cap)} per rank"
         )
+        step = Breakdown.of(predicted.per_rank).step_ms
+        above = f"; {step / predicted.lower_bound_ms - 1:.1%} above the lower bound" if predicted.lower_bound_ms > 0 else ""
         lines.append(
-            f"critical path: {Breakdown.of(predicted.per_rank).step_ms:.3f} ms (a synchronous step: the slowest"
-            " rank of each phase, summed)"
+            f"critical path: {step:.3f} ms (a synchronous step: the slowest rank of each phase, summed;"
+            f" no step is below the bottleneck's bound{above})"
         )
+        if predicted.comm_source:
+            fwd = max(r.fwd_comm_ms for r in predicted.per_rank)
+            bwd = max(r.bwd_comm_ms for r in predicted.per_rank)
+            lines.append(f"comm: {fwd:.3f} ms forward, {bwd:.3f} ms backward on the slowest rank;"
+                         f" priced from {predicted.comm_source}")
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
