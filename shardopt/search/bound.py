@@ -1,6 +1,7 @@
-"""A lower bound on the bottleneck rank's cost, valid for the candidate set.
+"""A lower bound on the bottleneck rank's cost, valid for any plan the tables' sharding types allow.
 
-Any plan picks one candidate per table, so the busy ranks together carry at least the sum of each
+The offered candidates are joined by each table's finest cuts (row-wise over every rank, the
+narrowest columns, replicas), so a gap is a gap to what is possible. Any plan picks one cut per table, so the busy ranks together carry at least the sum of each
 table's cheapest candidate, and some rank carries at least the largest piece of each table's
 candidate whose largest piece is smallest. Every busy rank also pays the model's per-rank overhead
 (kernel calls, collective latency), at least the cheapest kind's: with k busy ranks the most loaded
@@ -21,7 +22,7 @@ from typing import Mapping, Sequence
 
 from shardopt.arithmetic.traffic import CommBytes, comm_bytes, shard_lookups
 from shardopt.costmodel.base import CostModel, ShardCost
-from shardopt.search.candidates import Candidate, piece_costs as costs_of
+from shardopt.search.candidates import Candidate, finest_cuts, piece_costs as costs_of
 from shardopt.core.workload import Workload
 
 
@@ -30,8 +31,16 @@ def balance_lower_bound(
     cost_model: CostModel,
     candidates: Mapping[str, Sequence[Candidate]],
     piece_costs: Mapping[str, Sequence[Sequence[ShardCost]]],
+    possible: bool = False,
 ) -> float:
-    """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds."""
+    """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds.
+
+    With ``possible``, each table's finest cuts join the offered ones, so the bound speaks of
+    what is possible (what a plan reports); without, of what was offered (what tells a search
+    it can stop).
+    """
+    if possible:
+        candidates, piece_costs = _with_finest(workload, cost_model, candidates, piece_costs)
     if cost_model.floor_below_cost:
         # The search priced shards on an average rank; a bound must add up floors.
         piece_costs = {
@@ -49,6 +58,19 @@ def balance_lower_bound(
         total += min(sum(p.total_ms for p in pieces) for pieces in per_candidate)
         largest = max(largest, min(max(p.total_ms for p in pieces) for pieces in per_candidate))
     return max(total / world + overhead, largest + overhead)
+
+
+def _with_finest(workload, cost_model, candidates, piece_costs):
+    """The offered candidates plus each table's finest cuts (:func:`finest_cuts`), with costs."""
+    out_c, out_p = {}, {}
+    for table in workload.tables:
+        cands, costs = list(candidates[table.name]), list(piece_costs[table.name])
+        for cut in finest_cuts(workload, table):
+            if cut not in cands:
+                cands.append(cut)
+                costs.append(costs_of(workload, cost_model, cut))
+        out_c[table.name], out_p[table.name] = cands, costs
+    return out_c, out_p
 
 
 def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> float:

@@ -37,6 +37,11 @@ HBM_TIGHT = 0.9  # tables filling more of the cluster's HBM than this get UVM ti
 TIERED_MIN_CAP_SHARE = 1 / 64  # only tables at least this share of a rank's HBM get tiers
 SUBSET_MIN_CAP_SHARE = 1 / 4  # row-wise subsets for tables at least this share of a rank's HBM
 DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this share
+# A table whose cheapest single piece costs more than this share of a balanced rank's load is
+# hot: however small in memory, it gets every cut that spreads its lookups (the ILP chooses).
+HOT_COST_SHARE = 0.25
+HOT_MAX_SUBSET = 8  # row-wise subsets of hot tables over 2, 4, 8 ranks (each piece free to go anywhere)
+HOT_DP_MAX_CAP_SHARE = 1 / 8  # a hot table may be replicated up to this share of a rank's memory
 
 Placement = Literal["free", "host", "fixed"]
 # "torchrec": only cuts TorchRec's sharders can run (no row-wise subsets, no hot-row replicas;
@@ -205,6 +210,78 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
             )
         out = kept
     return out
+
+
+def workload_candidates(
+    workload: Workload, model: CostModel, which: CandidateSet = "all"
+) -> tuple[dict[str, list[Candidate]], dict[str, list[list[ShardCost]]]]:
+    """Every table's candidates and their piece costs, chosen by cost as well as memory.
+
+    :func:`table_candidates` cuts tables by their bytes; a table small in memory but carrying a
+    large share of the lookups (a few hundred thousand rows pooled a hundred times) would stay
+    whole and set the step. Any table whose cheapest single piece exceeds HOT_COST_SHARE of a
+    balanced rank's load gets the cuts that spread it: row-wise subsets, table-row-wise and
+    column-wise as its sharding types allow, and data-parallel replicas when small.
+    """
+    candidates = {t.name: table_candidates(workload, t, which) for t in workload.tables}
+    costs = {name: [piece_costs(workload, model, c) for c in cands] for name, cands in candidates.items()}
+    world = workload.topology.world_size
+    if world == 1:
+        return candidates, costs
+    balanced = sum(min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()) / world
+    for table in workload.tables:
+        cands, per = candidates[table.name], costs[table.name]
+        single = min((sum(p.total_ms for p in pieces) for c, pieces in zip(cands, per) if len(c.pieces) == 1),
+                     default=0.0)
+        if single <= HOT_COST_SHARE * balanced:
+            continue
+        known = {(c.sharding_type, c.pieces, c.compute_kernel) for c in cands}
+        for extra in hot_table_cuts(workload, table, which):
+            if (extra.sharding_type, extra.pieces, extra.compute_kernel) not in known:
+                cands.append(extra)
+                per.append(piece_costs(workload, model, extra))
+    return candidates, costs
+
+
+def hot_table_cuts(workload: Workload, table: Table, which: CandidateSet = "all") -> list[Candidate]:
+    """The cuts that spread a hot table's lookups, whatever its size (see :func:`workload_candidates`)."""
+    topo = workload.topology
+    world, rows = topo.world_size, table.num_embeddings
+    allowed = set(table.allowed_sharding_types)
+    if which != "all":
+        allowed &= set(TORCHREC_TYPES[topo.compute_device])
+    out: list[Candidate] = []
+    if "row_wise" in allowed:
+        k = 2
+        while which == "all" and k < world and k <= min(rows, HOT_MAX_SUBSET):
+            out.append(Candidate(table.name, "row_wise", _row_pieces(table, k), "free"))
+            k *= 2
+        if rows >= 2:
+            out.append(Candidate(table.name, "row_wise", _row_pieces(table, min(world, rows)), "fixed"))
+    if "table_row_wise" in allowed and rows >= 2 and topo.ranks_per_host > 1:
+        out.append(Candidate(table.name, "table_row_wise", _row_pieces(table, min(topo.ranks_per_host, rows)),
+                             "host"))
+    if "column_wise" in allowed:
+        out += [Candidate(table.name, "column_wise", _col_pieces(table, k), "free")
+                for k in column_splits(table, world)]
+    size = shard_bytes(workload.optimizer, table, rows, table.embedding_dim)
+    if "data_parallel" in allowed and size <= topo.hbm_cap * HOT_DP_MAX_CAP_SHARE:
+        out.append(Candidate(table.name, "data_parallel", (Piece(0, 0, rows, table.embedding_dim),) * world,
+                             "fixed", "dense"))
+    if table.compute_kernels is not None:  # the user's kernels, as table_candidates keeps them
+        out = [c for c in out if c.compute_kernel in table.compute_kernels]
+    return out
+
+
+def finest_cuts(workload: Workload, table: Table) -> list[Candidate]:
+    """The finest cut of each kind the table's sharding types allow: what a lower bound must
+    consider so that its gap is a gap to what is possible, not to what was offered."""
+    cuts = hot_table_cuts(workload, table, "all")
+    finest: dict[str, Candidate] = {}
+    for c in cuts:
+        if c.sharding_type not in finest or len(c.pieces) > len(finest[c.sharding_type].pieces):
+            finest[c.sharding_type] = c
+    return list(finest.values())
 
 
 def _hot_rows(workload: Workload, table: Table) -> list[Candidate]:

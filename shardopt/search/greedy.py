@@ -17,7 +17,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.bound import balance_lower_bound
-from shardopt.search.candidates import Candidate, piece_costs, table_candidates
+from shardopt.search.candidates import Candidate, workload_candidates
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, Objective, SearchResult
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
@@ -80,16 +80,13 @@ class GreedySearch:
         self.candidate_set = candidates
         self.objective = objective  # the repair's score; placement itself balances rank totals
 
-    def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None) -> SearchResult:
-        """``candidates`` and their ``costs`` may be passed in when the caller has them already."""
-        if candidates is None:
-            candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
-        if costs is None:
-            costs = {
-                t.name: [piece_costs(workload, cost_model, c) for c in candidates[t.name]]
-                for t in workload.tables
-            }
-        bound = balance_lower_bound(workload, cost_model, candidates, costs)
+    def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None,
+               possible: bool = True) -> SearchResult:
+        """``candidates`` and their ``costs`` may be passed in when the caller has them already.
+        The result's bound is over every cut the tables allow (``possible``) or over those offered."""
+        if candidates is None or costs is None:
+            candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
+        bound = balance_lower_bound(workload, cost_model, candidates, costs, possible=possible)
         average = sum(
             min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()
         ) / workload.topology.world_size

@@ -18,6 +18,8 @@ plan is re-scored by the whole cost model and its bottleneck repaired (``repair.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import time
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
 from shardopt.search.bound import balance_lower_bound
-from shardopt.search.candidates import piece_costs, table_candidates
+from shardopt.search.candidates import workload_candidates
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp_model import IlpModel
 from shardopt.search.repair import repaired
@@ -85,6 +87,8 @@ class IlpSearch:
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         started = time.perf_counter()
         result = self._solve(workload, cost_model)
+        # The plan reports its gap to what any cut allows, not to what was offered.
+        result = dataclasses.replace(result, lower_bound_ms=min(result.lower_bound_ms, self._possible_ms))
         return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
                         deadline=started + WALL_GUARD * self.time_limit_s, objective=self.objective)
 
@@ -136,11 +140,8 @@ class IlpSearch:
         return solver, status, bound, ran
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        candidates = {t.name: table_candidates(workload, t, self.candidate_set) for t in workload.tables}
-        costs = {
-            name: [piece_costs(workload, cost_model, c) for c in cands]
-            for name, cands in candidates.items()
-        }
+        candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
+        self._possible_ms = balance_lower_bound(workload, cost_model, candidates, costs, possible=True)
         greedy, failure = _greedy(workload, cost_model, candidates, costs)
         greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms if greedy else None
         if greedy is not None and greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
@@ -199,7 +200,7 @@ class IlpSearch:
 def _greedy(workload, cost_model, candidates, costs) -> tuple[SearchResult | None, ShardoptError | None]:
     """The greedy plan (the warm start), or None with the greedy's reason when it packs nothing."""
     try:
-        return GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs), None
+        return GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs, possible=False), None
     except ShardoptError as exc:
         if exc.kind != ErrorKind.INFEASIBLE:
             raise

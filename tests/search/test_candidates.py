@@ -113,3 +113,53 @@ def test_host_memory_limit_makes_tiers_infeasible_with_a_clear_error():
 
     with pytest.raises(ShardoptError, match="fits in memory"):
         plan_workload(_tiered_workload("400MB"), source="tiers.yaml", search=IlpSearch(candidates="all"))
+
+
+def _hot_workload(device="cuda", world=8, cold=15):
+    """A table small in memory but pooled 150 times (a large share of the lookups), and cold ones."""
+    hot = {"name": "hot", "num_embeddings": 60_000, "embedding_dim": 64, "pooling_factor": 150}
+    cold = [{"name": f"c{i}", "num_embeddings": 40_000 + 3_000 * i, "embedding_dim": 64, "pooling_factor": 5}
+            for i in range(cold)]
+    return _workload([hot, *cold], device=device, world=world, cap="1GB")
+
+
+def test_a_hot_table_small_in_memory_gets_every_cut_that_spreads_it():
+    """Issue 21: a table small in bytes but carrying most lookups was kept whole; now its cost
+    decides, and the ILP chooses among row-wise subsets, column cuts and replicas."""
+    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.search.candidates import workload_candidates
+
+    wl = _hot_workload(cold=47)  # six tables a rank: a cold one is far below a quarter of a rank's load
+    plain = {c.label for c in table_candidates(wl, wl.table("hot"))}
+    cands, costs = workload_candidates(wl, AnalyticCostModel(), "all")
+    labels = {c.label for c in cands["hot"]}
+    assert {"row_wisex2", "table_row_wisex8", "data_parallelx8"} <= labels - plain
+    assert {"row_wisex4", "row_wisex8", "column_wisex2"} <= labels
+    assert len(costs["hot"]) == len(cands["hot"])
+    # Cold tables are not hot: their candidates are table_candidates' alone.
+    assert {c.label for c in cands["c0"]} == {c.label for c in table_candidates(wl, wl.table("c0"))}
+    # TorchRec's cuts only: no row-wise subsets, which TorchRec cannot run.
+    cands, _ = workload_candidates(wl, AnalyticCostModel(), "torchrec")
+    assert not any(c.sharding_type == "row_wise" and c.placement == "free" for c in cands["hot"])
+
+
+def test_the_bound_knows_the_cuts_a_table_allows_not_only_those_offered():
+    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.search.bound import balance_lower_bound
+    from shardopt.search.candidates import piece_costs
+
+    model = AnalyticCostModel()
+    wl = _hot_workload(device="cpu", world=4)
+    offered = {t.name: [c for c in table_candidates(wl, t, "torchrec") if c.sharding_type == "table_wise"]
+               for t in wl.tables}
+    costs = {n: [piece_costs(wl, model, c) for c in cs] for n, cs in offered.items()}
+    assert balance_lower_bound(wl, model, offered, costs, possible=True) < \
+        0.9 * balance_lower_bound(wl, model, offered, costs)
+    # Tables allowed only table-wise have no finer cut: the bound is the same.
+    only = [dict(name=t.name, num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
+                 pooling_factor=t.pooling_factor, sharding_types=["table_wise"]) for t in wl.tables]
+    wl = _workload(only, device="cpu", world=4)
+    offered = {t.name: table_candidates(wl, t, "torchrec") for t in wl.tables}
+    costs = {n: [piece_costs(wl, model, c) for c in cs] for n, cs in offered.items()}
+    assert balance_lower_bound(wl, model, offered, costs, possible=True) == \
+        balance_lower_bound(wl, model, offered, costs)
