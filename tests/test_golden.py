@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardopt.bench.suite import PLANNERS, run_suite
-from shardopt.bench.tasks import suite_tasks
+from shardopt.bench.suites import suite_tasks
 from shardopt.costmodel.registry import resolve_cost_model
 from shardopt.core.plan import plan_to_json
 from shardopt.planner import plan_workload

@@ -72,6 +72,23 @@ def aggregates(entries: list[Entry], metric: str = "replayed_step_ms") -> list[t
     return sorted(rows, key=lambda r: r[2])
 
 
+IMBALANCE_OK = 1.10  # measured bottleneck over the mean rank that counts as balanced
+
+
+def imbalance_lines(entries: list[Entry]) -> list[str]:
+    """Measured imbalance (bottleneck rank / mean rank) per planner: median, worst, share balanced."""
+    lines = ["## Measured imbalance (replayed bottleneck rank / mean rank)", "",
+             f"| planner | tasks | median | worst | within {IMBALANCE_OK:.2f} |", "|---|---|---|---|---|"]
+    by_planner: dict[str, list[float]] = {}
+    for e in entries:
+        if e.valid and e.replayed_imbalance is not None:
+            by_planner.setdefault(e.planner, []).append(e.replayed_imbalance)
+    for name, values in sorted(by_planner.items(), key=lambda kv: statistics.median(kv[1])):
+        ok = sum(v <= IMBALANCE_OK for v in values) / len(values)
+        lines.append(f"| {name} | {len(values)} | {statistics.median(values):.3f} | {max(values):.3f} | {ok:.0%} |")
+    return lines + [""]
+
+
 def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, command: str) -> Path:
     """Markdown report plus PNGs into ``out_dir``; returns the report's path."""
     import matplotlib
@@ -99,6 +116,8 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
         for name, n, mean, geo, win in aggregates(entries, field):
             lines.append(f"| {name} | {n} | {mean:.3f} | {geo:.3f} | {win:.0%} |")
         lines.append("")
+    if replayed:
+        lines += imbalance_lines(entries)
     ratios = _ratios(entries, metric)
     if ratios:
         lines += ["", "![ratio to TorchRec](ratios.png)", ""]
@@ -127,14 +146,14 @@ def write_report(entries: list[Entry], plans: dict, tasks, out_dir: Path, comman
         lines += [f"## Per-rank cost of every planner on {shown.name}", "", "![per-rank bars](rank_bars.png)", ""]
     lines += ["## Every task", "",
               "| task | planner | valid | replayed step ms | predicted step ms | replayed bottleneck ms"
-              " | predicted bottleneck ms | bound ms | gap | headroom | plan s | note |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              " | predicted bottleneck ms | bound ms | gap | measured imbalance | headroom | plan s | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x, p=3: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
     for e in entries:
         lines.append(
             f"| {e.task} | {e.planner} | {'yes' if e.valid else 'no'} | {fmt(e.replayed_step_ms)}"
             f" | {fmt(e.predicted_step_ms)} | {fmt(e.replayed_ms)} | {fmt(e.predicted_ms)}"
-            f" | {fmt(e.lower_bound_ms)} | {'-' if e.gap is None else f'{e.gap:.1%}'} |"
+            f" | {fmt(e.lower_bound_ms)} | {'-' if e.gap is None else f'{e.gap:.1%}'} | {fmt(e.replayed_imbalance)} |"
             f" {'-' if e.headroom is None else f'{e.headroom:.0%}'} | {e.plan_s:.1f} | {e.note} |"
         )
     path = out_dir / "report.md"

@@ -35,6 +35,7 @@ class Entry:
     replayed_runs: list = field(default_factory=list)
     headroom: Optional[float] = None  # 1 - the fullest rank's memory over the cap
     lower_bound_ms: Optional[float] = None
+    replayed_imbalance: Optional[float] = None  # measured: the bottleneck rank over the mean rank
     note: str = ""
 
     @property
@@ -114,24 +115,28 @@ def run_suite(
         if progress:
             progress(f"{task.name}: planned by {len([e for e in entries if e.task == task.name])} planners")
         if rounds:
-            _replay_rounds(task, [e for e in entries if e.task == task.name and e.valid], plans, rounds)
+            _replay_rounds(task, [e for e in entries if e.task == task.name and e.valid], plans, rounds, model)
             if progress:
                 progress(f"{task.name}: replayed")
     return entries, plans
 
 
-def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int) -> None:
-    """Every valid plan of the task replayed side by side (:func:`shardopt.measure.replay.replay_side_by_side`,
-    communication from the packaged CPU profile). ``replayed_runs`` keeps each round's bottleneck."""
-    from shardopt.measure.replay import packaged_cpu_comm, replay_side_by_side
+def _replay_rounds(task: Task, entries: list[Entry], plans: dict, rounds: int, model) -> None:
+    """Every valid plan of the task replayed side by side (:func:`shardopt.measure.replay.replay_side_by_side`):
+    compute measured, communication by the comm-source rule (the task's declared links), as
+    predicted. ``replayed_runs`` keeps each round's bottleneck."""
+    from shardopt.measure.replay import comm_for, replay_side_by_side
 
     result = replay_side_by_side(task.workload, {e.planner: plans[task.name, e.planner] for e in entries},
-                                 rounds, comm=packaged_cpu_comm())
+                                 rounds, comm=comm_for(task.workload, model))
     for e in entries:
         e.replayed_ms = result.bottleneck_ms(e.planner)
         e.replayed_step_ms = result.step_ms(e.planner)
         e.replayed_runs = result.runs[e.planner]
-        plans[task.name, e.planner, "replayed"] = result.per_rank[e.planner]
+        per_rank = result.per_rank[e.planner]
+        totals = [r.total_ms for r in per_rank]
+        e.replayed_imbalance = max(totals) / (sum(totals) / len(totals)) if sum(totals) > 0 else None
+        plans[task.name, e.planner, "replayed"] = per_rank
 
 
 def entries_to_json(entries: list[Entry]) -> list[dict]:

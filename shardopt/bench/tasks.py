@@ -58,25 +58,3 @@ def sampled_tasks(count: int, seed: int = 0, min_tables: int = 10, max_tables: i
         data["topology"]["hbm_cap"] = cap
         out.append(Task(f"task{i:02d}", workload_from_dict(data), f"{n} tables, seed {seed}"))
     return out
-
-
-SUITES = {"unit": 3, "ci": 8, "full": 30}
-
-
-def suite_tasks(suite: str, seed: int = 0) -> list[Task]:
-    """The tasks of a suite: "unit" (tests), "ci" (the gate), "full" (the report, plus the
-    CPU configs that ship with shardopt)."""
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
-    tasks = sampled_tasks(SUITES[suite], seed)
-    if suite == "full":
-        from pathlib import Path
-
-        from shardopt.core.workload import read_workload
-
-        configs = Path(__file__).resolve().parents[2] / "configs"  # in the repository, not the package
-        for name in ("dlrm-medium", "tiny"):
-            path = configs / f"{name}.yaml"
-            if path.is_file():
-                tasks.append(Task(name, read_workload(path)[0], f"configs/{name}.yaml"))
-    return tasks

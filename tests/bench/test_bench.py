@@ -8,7 +8,8 @@ from shardopt.contracts import Breakdown
 from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
 from shardopt.bench.gate import baseline_data, check
 from shardopt.bench.suite import run_suite
-from shardopt.bench.tasks import sampled_tasks, suite_tasks, table_pool
+from shardopt.bench.suites import suite_tasks
+from shardopt.bench.tasks import sampled_tasks, table_pool
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.arithmetic.memory import plan_memory
 from shardopt.arithmetic.checks import check_plan

@@ -186,7 +186,7 @@ def test_small_instances_are_proved_optimal_and_larger_ones_improved_by_lns():
     """LNS alone never proves a plan optimal; the brief whole-portfolio solve before it does,
     on an instance as small as tiny.yaml. On a bench task the LNS result is kept and is no worse
     than the greedy plan it starts from."""
-    from shardopt.bench.tasks import suite_tasks
+    from shardopt.bench.suites import suite_tasks
     from shardopt.costmodel.registry import resolve_cost_model
 
     workload, _ = read_workload(CONFIGS / "tiny.yaml")

@@ -4,7 +4,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 from shardopt.contracts import Breakdown
-from shardopt.bench.tasks import suite_tasks
+from shardopt.bench.suites import suite_tasks
 from shardopt.costmodel.registry import resolve_cost_model
 from shardopt.search.ilp import IlpSearch
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
