@@ -61,15 +61,19 @@ class AnalyticCostModel(CostModel):
         self.comm_profile = comm_profile
         self._choice_cache: tuple[Workload, CommChoice] | None = None
         self._slope_cache: tuple[Workload, tuple[float, float] | None] | None = None
-        self._hw_cache: tuple[Hardware, Hardware] | None = None
+        self._hw_cache: tuple[object, Hardware] | None = None
+        self._overhead_cache: tuple[object, dict] = (None, {})
         self._cache_cache: tuple[Workload, tuple[tuple[float, float], float]] | None = None
         self._coef_cache: tuple[Hardware, tuple[np.ndarray, np.ndarray]] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def hardware(self, workload: Workload) -> Hardware:
-        hw = self._hardware or hardware_for(workload.topology)
-        if self._hw_cache is None or self._hw_cache[0] is not hw:
-            self._hw_cache = (hw, calibrated_hardware(hw, self.calibration))
+        # Keyed on the topology object: hardware_for builds a new profile on every call when the
+        # topology declares links, and a cache keyed on it recalibrated for every shard.
+        topology = workload.topology
+        if self._hw_cache is None or self._hw_cache[0] is not topology:
+            self._hw_cache = (topology, calibrated_hardware(self._hardware or hardware_for(topology),
+                                                            self.calibration))
         return self._hw_cache[1]
 
     def _coefficients(self, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
@@ -233,8 +237,14 @@ class AnalyticCostModel(CostModel):
 
     # -- one rank --------------------------------------------------------------------------------
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
-        fwd, bwd, fwd_comm, bwd_comm = self.overheads(workload, sharding_types)
-        return (fwd + bwd + fwd_comm + bwd_comm) * 1e3
+        # Asked once per rank tried by the greedy: memoised per workload and set of kinds.
+        if self._overhead_cache[0] is not workload:
+            self._overhead_cache = (workload, {})
+        key = frozenset(sharding_types)
+        memo = self._overhead_cache[1]
+        if key not in memo:
+            memo[key] = sum(self.overheads(workload, sharding_types)) * 1e3
+        return memo[key]
 
     def compute_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         """Kernel-call time alone (collective latency is in the comm curves when they exist)."""
@@ -263,14 +273,28 @@ class AnalyticCostModel(CostModel):
         return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
+    def rank_breakdown(self, workload: Workload, tables: Sequence[TablePlan], rank: int) -> RankBreakdown:
+        from shardopt.arithmetic.hotrows import expand
+
+        workload, tables = expand(workload, tables)
+        if self.comm_curves(workload) is not None:  # a rank's traffic depends on every rank's
+            return self.placed_breakdown(workload, tables)[rank]
+        return self._placed(workload, tables, rank)[0]
+
     def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
+        return self._placed(workload, tables)
+
+    def _placed(self, workload: Workload, tables: Sequence[TablePlan], only: int | None = None) -> list[RankBreakdown]:
+        """Every rank's breakdown, or with ``only`` that rank's alone (at 1024 ranks, pricing all
+        of them for each move the repair tried made it 5x slower than its budget assumed)."""
         from shardopt.costmodel.plan_kernels import rank_kernels
 
         hw = self.hardware(workload)
         sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
         memory: dict[int, int] = defaultdict(int)
         kinds: dict[int, set[str]] = defaultdict(set)
-        for rank, kernels in enumerate(rank_kernels(workload, tables, workload.topology.compute_device)):
+        ranks = range(workload.topology.world_size) if only is None else [only]
+        for rank, kernels in zip(ranks, rank_kernels(workload, tables, workload.topology.compute_device, only)):
             for members in kernels.values():
                 cache = kernel_cache(hw, [
                     (p.table, p.rows, p.cols, shard_lookups(workload, p.table, p.sharding_type, p.rows))
@@ -285,14 +309,13 @@ class AnalyticCostModel(CostModel):
                     acc[3] += cost.bwd_comm_ms
                     memory[rank] += cost.hbm_bytes
                     kinds[rank].add(placed.sharding_type)
-        world = workload.topology.world_size
         curves = self.comm_curves(workload)
         measured_comm = None
-        if curves is not None:
+        if curves is not None and only is None:
             # The rank's whole traffic read off the measured curves, as replay reads it.
             measured_comm = rank_comm_from_all_to_all(workload, tables, curves.seconds)
         out = []
-        for rank in range(world):
+        for rank in ranks:
             fwd, bwd, fcomm, bcomm = sums[rank]
             o_fwd, o_bwd, o_fcomm, o_bcomm = (x * 1e3 for x in self.overheads(workload, kinds[rank]))
             if measured_comm is not None:

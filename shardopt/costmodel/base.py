@@ -83,6 +83,11 @@ class CostModel(abc.ABC):
         are expanded here, once, into their replicated head and sharded tail."""
         return self.placed_breakdown(*expand(workload, tables))
 
+    def rank_breakdown(self, workload: Workload, tables: Sequence[TablePlan], rank: int) -> RankBreakdown:
+        """One rank's entry of :meth:`breakdown` (a repair re-scores one rank at a time); a model
+        that prices a rank from its own shards alone answers without pricing the others."""
+        return self.breakdown(workload, tables)[rank]
+
     @abc.abstractmethod
     def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         """:meth:`breakdown` of a plan whose tables are all plain (hot rows already expanded)."""

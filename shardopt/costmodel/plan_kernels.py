@@ -38,19 +38,21 @@ class PlacedShard:
 
 
 def rank_kernels(
-    workload: Workload, tables: Sequence[TablePlan], device: str = "cpu"
+    workload: Workload, tables: Sequence[TablePlan], device: str = "cpu", only: int | None = None
 ) -> list[dict[KernelKey, list[PlacedShard]]]:
-    """For each rank, its shards grouped into kernels (sorted keys, plan order inside)."""
-    by_name = {t.name: t for t in workload.tables}
+    """For each rank (or for rank ``only`` alone), its shards grouped into kernels (sorted keys,
+    plan order inside)."""
     out: list[dict[KernelKey, list[PlacedShard]]] = [
-        defaultdict(list) for _ in range(workload.topology.world_size)
+        defaultdict(list) for _ in range(workload.topology.world_size if only is None else 1)
     ]
     for tp in tables:
-        table = by_name[tp.name]
+        table = workload.table(tp.name)
         key_precision = measured_precision(table.data_type, device)
         for shard in tp.shards:
+            if only is not None and shard.rank != only:
+                continue
             key = (key_precision, tp.sharding_type == "data_parallel")
-            out[shard.rank][key].append(
+            out[0 if only is not None else shard.rank][key].append(
                 PlacedShard(table, tp.sharding_type, shard.offsets[0], shard.sizes[0], shard.sizes[1],
                             tp.compute_kernel, tp.cache_load_factor)
             )

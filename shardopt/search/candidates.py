@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from dataclasses import dataclass, replace
-from typing import Literal, Optional
+from itertools import accumulate, repeat
+from typing import Literal, NamedTuple, Optional
 
 from shardopt.arithmetic.access import row_buckets
 from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
@@ -54,8 +55,9 @@ TORCHREC_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
+    """A rectangle of a table: a named tuple, since a row-wise cut over 1024 ranks makes 1024."""
+
     row_offset: int
     col_offset: int
     rows: int
@@ -94,11 +96,14 @@ def split_evenly(total: int, parts: int, unit: int = 1) -> list[int]:
 
 
 def _row_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
-    pieces, offset = [], 0
-    for rows in split_evenly(table.num_embeddings, parts):
-        pieces.append(Piece(offset, 0, rows, table.embedding_dim))
-        offset += rows
-    return tuple(pieces)
+    return _even_row_pieces(table.num_embeddings, table.embedding_dim, parts)
+
+
+@lru_cache(maxsize=4096)
+def _even_row_pieces(rows: int, dim: int, parts: int) -> tuple[Piece, ...]:
+    """Shared between tables of one shape: 5000 tables over 1024 ranks made five million pieces."""
+    sizes = split_evenly(rows, parts)
+    return tuple(map(Piece, accumulate(sizes[:-1], initial=0), repeat(0), sizes, repeat(dim)))
 
 
 def _col_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
@@ -243,7 +248,20 @@ def workload_candidates(
     return candidates, costs
 
 
-def hot_table_cuts(workload: Workload, table: Table, which: CandidateSet = "all") -> list[Candidate]:
+def whole_row_cut(workload: Workload, table: Table) -> int | None:
+    """Into how many pieces :func:`hot_table_cuts` cuts the table row-wise over every rank, or
+    None when its sharding types or kernels allow no such cut."""
+    rows = table.num_embeddings
+    if "row_wise" not in table.allowed_sharding_types or rows < 2:
+        return None
+    if table.compute_kernels is not None and "fused" not in table.compute_kernels:
+        return None
+    return min(workload.topology.world_size, rows)
+
+
+def hot_table_cuts(
+    workload: Workload, table: Table, which: CandidateSet = "all", whole_rows: bool = True
+) -> list[Candidate]:
     """The cuts that spread a hot table's lookups, whatever its size (see :func:`workload_candidates`)."""
     topo = workload.topology
     world, rows = topo.world_size, table.num_embeddings
@@ -256,7 +274,7 @@ def hot_table_cuts(workload: Workload, table: Table, which: CandidateSet = "all"
         while which == "all" and k < world and k <= min(rows, HOT_MAX_SUBSET):
             out.append(Candidate(table.name, "row_wise", _row_pieces(table, k), "free"))
             k *= 2
-        if rows >= 2:
+        if rows >= 2 and whole_rows:
             out.append(Candidate(table.name, "row_wise", _row_pieces(table, min(world, rows)), "fixed"))
     if "table_row_wise" in allowed and rows >= 2 and topo.ranks_per_host > 1:
         out.append(Candidate(table.name, "table_row_wise", _row_pieces(table, min(topo.ranks_per_host, rows)),
@@ -273,10 +291,11 @@ def hot_table_cuts(workload: Workload, table: Table, which: CandidateSet = "all"
     return out
 
 
-def finest_cuts(workload: Workload, table: Table) -> list[Candidate]:
+def finest_cuts(workload: Workload, table: Table, whole_rows: bool = True) -> list[Candidate]:
     """The finest cut of each kind the table's sharding types allow: what a lower bound must
-    consider so that its gap is a gap to what is possible, not to what was offered."""
-    cuts = hot_table_cuts(workload, table, "all")
+    consider so that its gap is a gap to what is possible, not to what was offered. Without
+    ``whole_rows``, the row-wise cut over every rank is left out (see :func:`whole_row_cut`)."""
+    cuts = hot_table_cuts(workload, table, "all", whole_rows=whole_rows)
     finest: dict[str, Candidate] = {}
     for c in cuts:
         if c.sharding_type not in finest or len(c.pieces) > len(finest[c.sharding_type].pieces):

@@ -12,6 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+import numpy as np
+
 from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
@@ -31,12 +33,13 @@ TARGETS = (1.0, 1.5, float("inf"))
 
 @dataclass
 class _Ranks:
-    """Mutable placement state, private to one search."""
+    """Mutable placement state, private to one search: numpy rows so that a piece weighs every
+    rank at once (5000 tables over 1024 ranks)."""
 
-    load_ms: list[float]
-    free_bytes: list[int]
+    load_ms: np.ndarray  # per rank, the shards' totals (overheads apart)
+    free_bytes: np.ndarray
     kinds: list[Counter] = field(default_factory=list)
-    free_ddr: list[float] = field(default_factory=list)  # per host; none without a ddr_cap
+    free_ddr: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per host; none without a ddr_cap
     local: int = 1
 
     @classmethod
@@ -44,18 +47,33 @@ class _Ranks:
         topo = workload.topology
         world = topo.world_size
         ddr = 0.0 if topo.ddr_cap is None else float(topo.ddr_cap)
-        return cls([0.0] * world, [topo.hbm_cap] * world, [Counter() for _ in range(world)],
-                   [ddr] * topo.num_hosts, topo.ranks_per_host)
+        return cls(np.zeros(world), np.full(world, topo.hbm_cap, dtype=np.int64),
+                   [Counter() for _ in range(world)], np.full(topo.num_hosts, ddr), topo.ranks_per_host)
 
     def room(self, rank: int, cost: ShardCost) -> bool:
-        return (cost.hbm_bytes <= self.free_bytes[rank]
-                and cost.ddr_bytes <= self.free_ddr[rank // self.local])
+        return bool(cost.hbm_bytes <= self.free_bytes[rank] and cost.ddr_bytes <= self.free_ddr[rank // self.local])
+
+    def rooms(self, cost: ShardCost) -> np.ndarray:
+        """Which ranks have room for the piece, as a mask."""
+        hosts = np.arange(len(self.load_ms)) // self.local
+        return (self.free_bytes >= cost.hbm_bytes) & (self.free_ddr[hosts] >= cost.ddr_bytes)
 
     def take(self, rank: int, kind: str, cost: ShardCost, sign: int = 1) -> None:
         self.load_ms[rank] += sign * cost.total_ms
         self.free_bytes[rank] -= sign * cost.hbm_bytes
         self.free_ddr[rank // self.local] -= sign * cost.ddr_bytes
         self.kinds[rank][kind] += sign
+
+    def overheads_with(self, workload: Workload, model: CostModel, kind: str) -> np.ndarray:
+        """Each rank's overhead once it holds a shard of ``kind`` (one price per set of kinds)."""
+        memo: dict[frozenset, float] = {}
+        out = np.empty(len(self.load_ms))
+        for rank, kinds in enumerate(self.kinds):
+            key = frozenset(+kinds) | {kind}
+            if key not in memo:
+                memo[key] = model.rank_overhead_ms(workload, set(key))
+            out[rank] = memo[key]
+        return out
 
 
 @dataclass(frozen=True)
@@ -98,7 +116,7 @@ class GreedySearch:
             except _Unplaceable as exc:
                 failure = exc
                 continue
-            peak = Breakdown.of(cost_model.breakdown(workload, placed)).bottleneck_ms
+            peak = Breakdown.of(cost_model.breakdown(workload, placed)).score(self.objective)
             if best is None or peak < best[0] - 1e-12:
                 best = (peak, placed)
         if best is None:
@@ -170,7 +188,7 @@ def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]]) -> None:
             continue
         for rank, cost in enumerate(pcosts):
             if not ranks.room(rank, cost):
-                raise _Unplaceable(name, cost.hbm_bytes, rank, ranks.free_bytes[rank])
+                raise _Unplaceable(name, cost.hbm_bytes, rank, int(ranks.free_bytes[rank]))
             ranks.take(rank, cand.sharding_type, cost)
             if cand.replicated_rows:
                 ranks.kinds[rank]["data_parallel"] += 1  # the hot replica is a kernel of its own
@@ -195,14 +213,17 @@ def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chose
                 best = (peak, host, trial)
         if best is None:
             roomiest = _roomiest(ranks)
-            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, ranks.free_bytes[roomiest])
+            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, int(ranks.free_bytes[roomiest]))
         for rank, cost in zip(best[2], pcosts):
             ranks.take(rank, cand.sharding_type, cost)
         assigned[name] = best[2]
 
 
 def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned, order: Order) -> None:
-    """Free pieces, heaviest first (by cost, or by bytes when memory is what binds)."""
+    """Free pieces, heaviest first (by cost, or by bytes when memory is what binds), each on the
+    least-loaded rank with room, every rank weighed at once. (Weighing ranks by the step instead,
+    each phase's slowest rank summed, was tried: at 5000 tables x 1024 ranks the step came out
+    within 0.3% of this one, or 10% longer, and the placement took 10x as long.)"""
     free = [
         (name, i, cost)
         for name, (cand, pcosts) in chosen.items()
@@ -213,22 +234,30 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
         lambda x: (-x[2].hbm_bytes, -x[2].total_ms, x[0], x[1])
     )
     free.sort(key=key)
+    overheads: dict[str, np.ndarray] = {}
     for name, i, cost in free:
         kind = chosen[name][0].sharding_type
-        taken = set(assigned.get(name, []))
-        fits = [r for r in range(workload.topology.world_size) if ranks.room(r, cost)]
-        if not fits:
+        fits = ranks.rooms(cost)
+        if not fits.any():
             roomiest = _roomiest(ranks)
-            raise _Unplaceable(name, cost.hbm_bytes, roomiest, ranks.free_bytes[roomiest])
+            raise _Unplaceable(name, cost.hbm_bytes, roomiest, int(ranks.free_bytes[roomiest]))
         # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
-        pool = [r for r in fits if r not in taken] or fits
-        rank = min(pool, key=lambda r: (_load_with(workload, model, ranks, r, kind, cost), r))
+        pool = fits.copy()
+        pool[assigned.get(name, [])] = False
+        pool = pool if pool.any() else fits
+        if kind not in overheads:
+            overheads[kind] = ranks.overheads_with(workload, model, kind)
+        total = np.where(pool, ranks.load_ms + cost.total_ms + overheads[kind], np.inf)
+        rank = int(np.argmin(total))  # the first of the least loaded
         ranks.take(rank, kind, cost)
+        if ranks.kinds[rank][kind] == 1:  # the rank's kinds changed: so did its overheads
+            for other, vector in overheads.items():
+                vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
         assigned.setdefault(name, []).append(rank)
 
 
 def _roomiest(ranks: _Ranks) -> int:
-    return max(range(len(ranks.free_bytes)), key=lambda r: (ranks.free_bytes[r], -r))
+    return int(np.argmax(ranks.free_bytes))  # the first of the roomiest
 
 
 def _fit_on(

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 # input gives the same plan; a wall-clock deadline, far past the budget, only guards against a
 # model so slow that the budget would take minutes (a learned re-score costs 3-5x an analytic one).
 EVALS_PER_SECOND = 800
+# Without a deadline given, the wall clock stops a repair only this many times past its budget,
+# counted from its own start: a search that took long (5000 tables x 1024 ranks: a minute of
+# candidates and greedy) must not leave its repair cut at a timing-dependent point.
+WALL_GUARD = 10.0
 MAX_SHARDS_TRIED = 24  # heaviest shards of the bottleneck rank tried per step
 MAX_DESTINATIONS = 12  # least-loaded ranks tried for each
 _EPS = 1e-9
@@ -91,7 +95,7 @@ class _State:
         sub = [replace(self.tables[ti], shards=tuple(shards)) for ti, shards in sorted(grouped.items())]
         if not sub:
             return 0.0, 0.0, 0.0, 0.0
-        return rank_phases(self.model.breakdown(self.workload, sub)[rank])
+        return rank_phases(self.model.rank_breakdown(self.workload, sub, rank))
 
     def apply(self, moves: Sequence[tuple[int, int, int]], loads: dict[int, Phases]) -> None:
         """Move shards (table, shard, destination) and record the re-scored loads."""
@@ -231,7 +235,7 @@ def repair_bottleneck(
     ``deadline`` (a ``time.perf_counter()`` value) stops it early whatever the budget says.
     """
     evaluations = int(time_budget_s * EVALS_PER_SECOND)
-    deadline = deadline if deadline is not None else float("inf")
+    deadline = deadline if deadline is not None else time.perf_counter() + WALL_GUARD * max(time_budget_s, 0.1)
     mover = _Mover(workload, model, tables, objective, evaluations, deadline)
     state = mover.state
     before = BOTTLENECK.score(state.load)
