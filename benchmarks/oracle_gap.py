@@ -2,6 +2,8 @@
 
     python benchmarks/oracle_gap.py [--suite regimes] [--time-limit 5] [--oracle-factor 20] [--tasks N]
 
+``--tasks N`` keeps the first N tasks of each regime (task names are ``<regime>-<seed>``).
+
 Per task: shardopt as shipped (`PlanConfig()`: CP-SAT from the greedy, TorchRec's cuts, the time
 limit), and the oracle: the same search over every candidate (`--candidates all`) at
 ``oracle-factor`` times the time limit. Both plans are scored by the same model (the one the plan
@@ -32,11 +34,18 @@ def main() -> None:
     parser.add_argument("--suite", default="regimes")
     parser.add_argument("--time-limit", type=float, default=5.0)
     parser.add_argument("--oracle-factor", type=float, default=20.0)
-    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks (0: all)")
+    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks of each regime (0: all)")
     args = parser.parse_args()
     tasks = suite_tasks(args.suite)
     if args.tasks:
-        tasks = tasks[: args.tasks]
+        seen: dict[str, int] = {}
+        kept = []
+        for task in tasks:
+            regime = task.name.rsplit("-", 1)[0]
+            seen[regime] = seen.get(regime, 0) + 1
+            if seen[regime] <= args.tasks:
+                kept.append(task)
+        tasks = kept
     default = PlanConfig(time_limit_s=args.time_limit)
     oracle = PlanConfig(time_limit_s=args.time_limit * args.oracle_factor, candidates="all")
     rows, ratios = [], []
