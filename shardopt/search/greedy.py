@@ -172,8 +172,10 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms) -> 
     phase, the cheapest candidate whose pieces are each within every phase's target (a table
     whose lookups alone outweigh a balanced rank's is cut although traffic dominates its total)."""
     if isinstance(target_ms, np.ndarray):
-        within = [i for i, pieces in enumerate(per_candidate)
-                  if all(max(rank_phases(p)[k] for p in pieces) <= target_ms[k] for k in range(len(PHASES)))]
+        # Pieces of one shape share one cost object: a cut over 1024 ranks has two distinct ones.
+        distinct = [{id(p): rank_phases(p) for p in pieces}.values() for pieces in per_candidate]
+        within = [i for i, phases in enumerate(distinct)
+                  if all(max(ph[k] for ph in phases) <= target_ms[k] for k in range(len(PHASES)))]
         if within:
             return min(within, key=lambda i: (sum(p.total_ms for p in per_candidate[i]), i))
         target_ms = float(target_ms.sum())
