@@ -1,4 +1,5 @@
-"""balance_phases: moves and swaps that shorten the step, never breaking memory or a table's cut."""
+"""balance_phases: moves and swaps that shorten the step, never breaking memory or a table's cut,
+and never lengthening the step by the whole model."""
 
 from dataclasses import replace
 
@@ -29,8 +30,8 @@ def test_balancing_a_random_plan_shortens_its_step_and_keeps_it_valid(task, seed
     assert all(len({s.rank for s in t.shards}) == len(t.shards) for t in balanced)
     before = Breakdown.of(model.breakdown(workload, tables)).score(CRITICAL_PATH)
     after = Breakdown.of(model.breakdown(workload, balanced)).score(CRITICAL_PATH)
-    # Table-wise shard costs on a CPU target are nearly additive: a random plan always improves.
-    assert after < before
+    # Balanced by additive shard costs, kept only if the whole model agrees: never longer.
+    assert after <= before
     assert balance_phases(workload, model, tables, 200) == balanced  # same input, same plan
 
 
