@@ -14,7 +14,7 @@ import sys
 import click
 
 from shardopt import __version__
-from shardopt.core.errors import EXIT_INPUT, EXIT_INTERRUPTED, ShardoptError
+from shardopt.core.errors import EXIT_INPUT, EXIT_INTERRUPTED, ShardoptError, install_interrupt_handlers
 
 EXIT_INTERNAL = 70  # a bug: please report it (BSD's EX_SOFTWARE)
 
@@ -32,10 +32,6 @@ class Interrupted(Exception):
     """A command stopped by SIGINT or SIGTERM; the message says what was kept."""
 
 
-def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise KeyboardInterrupt()  # as Ctrl-C, so that every ``finally`` (temp files, workers) runs
-
-
 # click >= 8.2 raises this for a group called with no command (older clicks print help themselves).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -44,11 +40,8 @@ class ShardoptGroup(click.Group):
     """click.Group whose every exit is one documented code and one line (click's own print four)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        previous = None
-        try:
-            previous = signal.signal(signal.SIGTERM, _on_sigterm)
-        except ValueError:  # not the main thread: leave signals alone
-            pass
+        # SIGTERM as Ctrl-C, so that every ``finally`` (temp files, workers) runs; both noted.
+        previous = install_interrupt_handlers()
         try:
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                 standalone_mode=False, **extra)
@@ -82,8 +75,8 @@ class ShardoptGroup(click.Group):
                        f" {one_line(exc)[:300]} (SHARDOPT_DEBUG=1 shows the traceback)", err=True)
             sys.exit(EXIT_INTERNAL)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):

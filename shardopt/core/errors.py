@@ -12,6 +12,8 @@ Exit codes of the ``shardopt`` command (README, "Errors and exit codes"):
 from __future__ import annotations
 
 import enum
+import signal
+import sys
 
 
 class ErrorKind(enum.Enum):
@@ -62,3 +64,48 @@ class FieldError(ShardoptError):
 
     def reworded(self, where: str) -> ShardoptError:
         return ShardoptError(f"{where}: {self.reason}", self.kind)
+
+
+# Python swallows a KeyboardInterrupt raised inside a finalizer or a weakref callback ("Exception
+# ignored in ..."): a Ctrl-C that landed there was lost and a profile ran on to exit 0. The CLI's
+# handler notes every interrupt; long loops call ``check_interrupted`` between units of work.
+_interrupted = False
+
+
+def raise_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    """Signal handler for SIGINT and SIGTERM: note the interrupt, then raise it as Ctrl-C does."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt()
+
+
+def install_interrupt_handlers() -> dict:
+    """Route SIGINT and SIGTERM to ``raise_interrupt``; returns the handlers to restore."""
+    global _interrupted
+    _interrupted = False
+    if sys.unraisablehook is not _quiet_swallowed_interrupt:
+        _quiet_swallowed_interrupt.default = sys.unraisablehook
+        sys.unraisablehook = _quiet_swallowed_interrupt
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, raise_interrupt)
+        except ValueError:  # not the main thread: leave signals alone
+            break
+    return previous
+
+
+def _quiet_swallowed_interrupt(unraisable) -> None:
+    """No "Exception ignored" traceback for a noted interrupt: the next check raises it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupted:
+        return
+    _quiet_swallowed_interrupt.default(unraisable)
+
+
+_quiet_swallowed_interrupt.default = sys.__unraisablehook__
+
+
+def check_interrupted() -> None:
+    """Raise KeyboardInterrupt if an interrupt arrived but was swallowed where it landed."""
+    if _interrupted:
+        raise KeyboardInterrupt()

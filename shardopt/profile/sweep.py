@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from shardopt import __version__
+from shardopt.core.errors import check_interrupted
 from shardopt.profile.comm import PATTERNS, CommPoint
 from shardopt.profile.dataset import (
     DATASET_FORMAT,
@@ -270,6 +271,7 @@ def run_sweep(
             if on_point:
                 on_point(record)
             bar.update()
+            check_interrupted()
         for world, points in comm_todo.items():
             if not points:
                 continue
@@ -279,6 +281,7 @@ def run_sweep(
                 if on_point:
                     on_point(record)
                 bar.update()
+                check_interrupted()
     return SweepResult(todo, total - todo, time.perf_counter() - started)
 
 

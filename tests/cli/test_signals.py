@@ -139,3 +139,29 @@ def test_a_live_writers_temp_file_is_left_alone(tmp_path):
         assert live.exists() and other.exists() and not dead.exists()
     finally:
         sleeper.kill()
+
+
+SWALLOWED = """
+import os, signal
+from shardopt.core import errors
+errors.install_interrupt_handlers()
+class Finalized:
+    def __del__(self):  # Python swallows what a finalizer raises
+        os.kill(os.getpid(), signal.SIGINT)
+        while not errors._interrupted:
+            pass
+obj = Finalized()
+del obj
+print("went on")
+try:
+    errors.check_interrupted()
+except KeyboardInterrupt:
+    print("raised at the check")
+"""
+
+
+def test_an_interrupt_swallowed_in_a_finalizer_is_raised_at_the_next_check():
+    """CI once lost a Ctrl-C this way: the profile ran on to exit 0 after a traceback on stderr."""
+    done = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[:2] == ["went on", "raised at the check"]
+    assert done.stderr == ""
