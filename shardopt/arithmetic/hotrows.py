@@ -87,7 +87,7 @@ def expand(workload: Workload, tables: Sequence[TablePlan]) -> tuple[Workload, t
     if _last is not None and _last[0] is workload and _last[1] == tables:
         return _last[2]
     world = workload.topology.world_size
-    by_name = {t.name: t for t in workload.tables}
+    by_name = workload.tables_by_name
     # Only well-formed hot-row tables are split; check_plan reports the others.
     split = {
         tp.name: tp for tp in tables

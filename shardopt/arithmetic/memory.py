@@ -48,7 +48,7 @@ def plan_memory(
     from shardopt.arithmetic.hotrows import expand
 
     workload, tables = expand(workload, tables)
-    by_name = {t.name: t for t in workload.tables}
+    by_name = workload.tables_by_name
     hbm: dict[int, int] = defaultdict(int)
     ddr: dict[int, int] = defaultdict(int)
     for tp in tables:

@@ -84,7 +84,7 @@ def comm_bytes(
 
 def rank_comm_bytes(workload: Workload, tables: Sequence[TablePlan]) -> list[CommBytes]:
     """What each rank puts on the wire, summed over its shards."""
-    by_name = {t.name: t for t in workload.tables}
+    by_name = workload.tables_by_name
     sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(workload.topology.world_size)]
     for tp in tables:
         table = by_name[tp.name]

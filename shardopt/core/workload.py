@@ -233,10 +233,10 @@ class Workload:
     optimizer: Optimizer = "rowwise_adagrad"
 
     def table(self, name: str) -> Table:
-        return self._by_name[name]
+        return self.tables_by_name[name]
 
     @cached_property
-    def _by_name(self) -> dict[str, Table]:
+    def tables_by_name(self) -> dict[str, Table]:
         # A search looks tables up by name for every candidate: 5000 tables made a scan the cost.
         return {t.name: t for t in self.tables}
 

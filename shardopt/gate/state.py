@@ -58,7 +58,7 @@ def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, va
     breakdown = Breakdown.of(model.breakdown(workload, plan.tables))
     hbm, _ = plan_memory(workload, plan.tables)
     tables = {}
-    by_name = {t.name: t for t in workload.tables}
+    by_name = workload.tables_by_name
     for tp in plan.tables:
         table = by_name.get(tp.name)
         if table is None:

@@ -41,12 +41,13 @@ def balance_phases(
     state = _Items.of(workload, model, tables)
     if state is None:
         return tuple(tables)
+    before = float(state.load.max(axis=0).sum())  # the whole model's critical path, as scored below
     for _ in range(max_moves):
         if not state.step_once():
             break
     balanced = state.tables()
-    step = lambda plan: Breakdown.of(model.breakdown(workload, plan)).score(CRITICAL_PATH)  # noqa: E731
-    return balanced if step(balanced) < step(tables) - 1e-12 else tuple(tables)
+    after = Breakdown.of(model.breakdown(workload, balanced)).score(CRITICAL_PATH)
+    return balanced if after < before - 1e-12 else tuple(tables)
 
 
 class _Items:

@@ -114,7 +114,6 @@ def _row_wise_everywhere(workload, cost_model, table, floor: bool) -> tuple[floa
 
 def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> float:
     world = workload.topology.world_size
-    by_name = {t.name: t for t in workload.tables}
     compute = 0.0
     traffic = CommBytes()
     largest = 0.0
@@ -124,7 +123,7 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
         for kind in {c.sharding_type for per in candidates.values() for c in per}
     )
     for name, per_candidate in piece_costs.items():
-        table = by_name[name]
+        table = workload.table(name)
         cands = candidates[name]
         compute += min(sum(p.fwd_compute_ms + p.bwd_compute_ms for p in pieces) for pieces in per_candidate)
         sent = [piece_bytes(workload, table, c) for c in cands]
@@ -145,7 +144,7 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
     replicas = any(c.sharding_type == "data_parallel" for per in candidates.values() for c in per)
     floor = cost_model.comm_floor_ms(workload, traffic.scaled(1 / world), every_rank_sends=not replicas)
     separate = compute / world + kernel_overhead + floor
-    joint = _joint_bound(workload, cost_model, candidates, piece_costs, by_name, not replicas)
+    joint = _joint_bound(workload, cost_model, candidates, piece_costs, not replicas)
     return max(separate, joint + kernel_overhead, largest + kernel_overhead)
 
 
@@ -153,7 +152,7 @@ def _curve_bound(workload, cost_model, candidates, piece_costs, overhead) -> flo
 _TERMS = (("even", 1.0, True), ("pooled", 2.0, True), ("even", 2.0, False))
 
 
-def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_send) -> float:
+def _joint_bound(workload, cost_model, candidates, piece_costs, busy_send) -> float:
     """Compute and traffic of one cut per table, priced together through tangents of the curves.
 
     With m_i the convex minorants, m_i(y) >= m_i(y0) + s_i (y - y0) for a tangent at y0, so the
@@ -165,7 +164,7 @@ def _joint_bound(workload, cost_model, candidates, piece_costs, by_name, busy_se
     world = workload.topology.world_size
     rows = []  # per table: [(compute ms, (ids, pooled, all-reduce share) bytes), ...] per cut
     for name, per_candidate in piece_costs.items():
-        table = by_name[name]
+        table = workload.table(name)
         cuts = []
         for cand, pieces in zip(candidates[name], per_candidate):
             sent = [collective_bytes(b, world) for b in piece_bytes(workload, table, cand)]

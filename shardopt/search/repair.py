@@ -68,7 +68,6 @@ class _State:
         self.workload = workload
         self.model = model
         self.tables = list(tables)
-        self.by_name = {t.name: t for t in workload.tables}
         world = workload.topology.world_size
         self.on_rank: list[list[tuple[int, int]]] = [[] for _ in range(world)]  # (table, shard)
         for ti, tp in enumerate(self.tables):
@@ -82,7 +81,7 @@ class _State:
     def _memory(self, ti: int, shard: Shard) -> tuple[int, int]:
         tp = self.tables[ti]
         mem = shard_memory(self.workload.optimizer, ShardSpec(
-            self.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
+            self.workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
             tp.cache_load_factor))
         return mem.hbm_bytes, mem.ddr_bytes
 
@@ -135,7 +134,7 @@ class _Mover:
             tp = state.tables[item[0]]
             shard = tp.shards[item[1]]
             cost = self.model.shard_cost(self.workload, ShardSpec(
-                state.by_name[tp.name], tp.sharding_type, shard.sizes[0], shard.sizes[1],
+                state.workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
                 tp.compute_kernel, tp.cache_load_factor))
             self.shard_alone[item] = rank_phases(cost)
         return sum(w * x for w, x in zip(weights, self.shard_alone[item]))

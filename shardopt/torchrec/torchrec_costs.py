@@ -36,7 +36,7 @@ def torchrec_breakdown(workload: Workload, tables: Sequence[TablePlan]) -> list[
         hbm_cap=topo.hbm_cap,
     )
     config = HardwarePerfConfig()
-    by_name = {t.name: t for t in workload.tables}
+    by_name = workload.tables_by_name
     sums: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for tp in tables:
         table = by_name[tp.name]
