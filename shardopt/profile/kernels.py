@@ -2,8 +2,12 @@
 
 Both hold several tables (or shards) in one fused module, take FBGEMM's input layout (ids and
 table-major bag offsets), return pooled embeddings ``[batch, sum of dims]``, and apply
-EXACT_ROWWISE_ADAGRAD inside the backward pass, as TorchRec's fused compute kernel does. The torch
-backend exists for machines without FBGEMM (a GPU host where the CUDA wheel cannot be installed).
+EXACT_ROWWISE_ADAGRAD inside the backward pass, as TorchRec's fused compute kernel does.
+
+Backends: ``fbgemm`` (the real TBE); ``torch-tbe`` (:mod:`shardopt.profile.tbe_torch`, FBGEMM's
+algorithm in torch, for hosts without FBGEMM: what ``auto`` picks there); ``torch`` (autograd over
+``embedding_bag`` and a coalesced sparse gradient: kept only to read and rerun old profiles, its
+backward is not FBGEMM's).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import torch
 
 LEARNING_RATE = 0.01
 EPS = 1e-8
-BACKENDS = ("fbgemm", "torch")
+BACKENDS = ("fbgemm", "torch-tbe", "torch")
 LOCATIONS = ("hbm", "uvm", "uvm_caching")  # on CPU everything is host memory: "hbm"
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -48,7 +52,9 @@ def fbgemm_available() -> bool:
 
 def resolve_backend(backend: str) -> str:
     if backend == "auto":
-        return "fbgemm" if fbgemm_available() else "torch"
+        return "fbgemm" if fbgemm_available() else "torch-tbe"
+    if backend not in BACKENDS:
+        raise RuntimeError(f"unknown backend {backend!r}; one of auto, {', '.join(BACKENDS)}")
     if backend == "fbgemm" and not fbgemm_available():
         raise RuntimeError("backend fbgemm asked for, but fbgemm_gpu is not installed")
     return backend
@@ -69,7 +75,11 @@ def build_kernel(
     if backend == "fbgemm":
         return FbgemmKernel(specs, precision, device, location, cache_load_factor)
     if location != "hbm":
-        raise ValueError("the torch backend keeps tables in device memory only (location hbm)")
+        raise ValueError(f"the {backend} backend keeps tables in device memory only (location hbm)")
+    if backend == "torch-tbe":
+        from shardopt.profile.tbe_torch import TorchTbeKernel
+
+        return TorchTbeKernel(specs, precision, device, learning_rate=LEARNING_RATE, eps=EPS, dtypes=PRECISIONS)
     return TorchKernel(specs, precision, device)
 
 
@@ -124,6 +134,11 @@ class FbgemmKernel:
     def set_weights(self, weights: Sequence[torch.Tensor]) -> None:
         for dst, src in zip(self.module.split_embedding_weights(), weights):
             dst.detach().copy_(src)
+
+    def momentum_states(self) -> list[torch.Tensor]:
+        """Each table's row-wise Adagrad state (one value per row)."""
+        return [states[0].detach().float().cpu().clone().view(-1)
+                for states in self.module.split_optimizer_states()]
 
 
 class TorchKernel:
