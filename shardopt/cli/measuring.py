@@ -18,10 +18,10 @@ from shardopt.core.errors import ShardoptError
 @click.option("--preset", type=click.Choice(["unit", "smoke", "full"]), default="smoke", show_default=True)
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "fbgemm", "torch"]),
+    type=click.Choice(["auto", "fbgemm", "torch-tbe", "torch"]),
     default="auto",
     show_default=True,
-    help="Lookup kernel: FBGEMM's TBE, or the torch-native one (auto: FBGEMM when installed).",
+    help="Lookup kernel: FBGEMM's TBE; torch-tbe, its algorithm in torch (auto: FBGEMM when installed, else torch-tbe); torch, the old autograd twin (kept to rerun old profiles).",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -55,6 +55,72 @@ def profile(device: str, preset: str, backend: str, seed: int, output: Path) -> 
     )
 
 
+# Of calibrate's budget, the share kept for the fit (about 10 s for the 300-400 kernels that two
+# minutes measure on a 2-core VM) and for starting the gloo workers of the comm points.
+CALIBRATE_FIT_SHARE = 0.2
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--budget", type=click.FloatRange(30, 7200), default=120.0, show_default=True,
+              help="Seconds for measuring and fitting together.")
+@click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch-tbe"]), default="auto",
+              show_default=True, help="Lookup kernel (auto: FBGEMM when installed, else torch-tbe).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--keep-profile", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the measured points in this dataset folder (rerunning resumes it).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Model file to write (JSON); plan with --cost-model learned@FILE.")
+def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile: Path | None,
+              output: Path) -> None:
+    """Measure this machine for a short budget and fit a cost model to it.
+
+    A CPU model speaks for the CPU it was measured on (FBGEMM's CPU kernels differed 2-9x between
+    machines sold under one name). A few points pin the model's terms; rank-shaped fused kernels
+    fill the rest of the budget; then the analytic model is calibrated and the learned one trained.
+    """
+    import tempfile
+    import warnings
+
+    from shardopt.core.files import check_output, check_output_folder
+    from shardopt.costmodel.store import save_model
+    from shardopt.costmodel.train import train_model
+    from shardopt.profile.sweep import run_sweep
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
+    check_output(output, inputs=[keep_profile], suffixes=(".json",))
+    if keep_profile is not None:
+        check_output_folder(keep_profile, option="--keep-profile")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ShardoptError("--device cuda: no CUDA device is visible to torch here")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="shardopt-calibrate-") as tmp:
+        folder = keep_profile or Path(tmp) / "profile"
+        try:
+            swept = run_sweep(str(folder), preset="calibrate", device=device, backend=backend, seed=seed,
+                              deadline=started + budget * (1 - CALIBRATE_FIT_SHARE))
+            measured_s = time.perf_counter() - started
+            parts, report = train_model(folder, seed=seed)
+        except KeyboardInterrupt:
+            kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
+            raise Interrupted(kept) from None
+        except RuntimeError as exc:
+            raise ShardoptError(f"--backend {backend}: {exc}") from None
+        report["calibrate"] = {"budget_s": budget, "points": swept.measured + swept.skipped,
+                               "measure_s": round(measured_s, 1)}
+        save_model(output, parts, report)
+    err = report["held_out_mape"]
+    click.echo(
+        f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted in"
+        f" {time.perf_counter() - started - measured_s:.0f} s; held-out kernel MAPE over"
+        f" {report['held_out_kernels']} kernels: learned {err['learned']:.1%}, calibrated analytic"
+        f" {err['analytic-calibrated']:.1%}. Plan with --cost-model learned@{output}"
+    )
+
+
 @main.command()
 @click.argument("profile_dir", metavar="PROFILE", type=click.Path(file_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -84,7 +150,7 @@ def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str
 @click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("plan_file", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--comm-profile", type=click.Path(file_okay=False, path_type=Path), help=COMM_PROFILE_HELP)
-@click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch"]), default="auto",
+@click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch-tbe", "torch"]), default="auto",
               show_default=True)
 @click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True)
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)

@@ -51,11 +51,16 @@ def model_path(spec: str) -> Path | None:
     """The file a --cost-model value names, if it names one (an input, never to be overwritten)."""
     from shardopt.costmodel.registry import NAMES
 
-    return None if spec in NAMES else Path(spec)
+    if spec in NAMES:
+        return None
+    if "@" in spec and spec.split("@", 1)[0] in ("analytic", "learned"):
+        return Path(spec.split("@", 1)[1])
+    return Path(spec)
 
 
 COST_MODEL_HELP = ("analytic (calibrated where the package has a profile) | analytic-v0 | learned"
-                   " | PATH of a model file.")
+                   " | analytic@PATH or learned@PATH: that part of a model file (shardopt calibrate"
+                   " writes one) | PATH (learned@PATH).")
 SEARCH_HELP = ("ilp: CP-SAT over all candidates, warm-started by greedy; greedy: the warm start alone."
                " Both re-score ranks with the cost model and repair the bottleneck.")
 TIME_LIMIT_HELP = ("Search effort, in seconds on a 2-core machine: it sizes the solver's deterministic"

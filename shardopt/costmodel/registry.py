@@ -1,8 +1,11 @@
-"""Which cost model ``--cost-model analytic|analytic-v0|learned|PATH`` means for a workload.
+"""Which cost model ``--cost-model analytic|analytic-v0|learned|analytic@PATH|learned@PATH|PATH``
+means for a workload.
 
 The package ships a trained model file per hardware it has a profile of
 (``shardopt/data/models/<hardware>.json``); it holds both the calibrated analytic constants and
-the learned nets, so ``analytic`` and ``learned`` need no profiling step on that hardware.
+the learned nets, so ``analytic`` and ``learned`` need no profiling step on that hardware. A model
+file (``shardopt calibrate`` or ``shardopt train`` writes one) holds the same two parts:
+``analytic@PATH`` and ``learned@PATH`` pick one; a bare PATH means ``learned@PATH``.
 """
 
 from __future__ import annotations
@@ -40,14 +43,22 @@ def resolve_cost_model(
     hardware = workload_hardware(workload)
     if spec == "analytic-v0":
         return AnalyticCostModel(comm_profile=comm_profile), []
-    if spec in ("analytic", "learned"):
+    part = "learned"
+    if "@" in spec and spec.split("@", 1)[0] in ("analytic", "learned"):
+        part, spec = spec.split("@", 1)
+        path = Path(spec)
+        if not path.is_file():
+            raise ShardoptError(f"--cost-model {part}@{spec}: no model file there")
+    elif spec in ("analytic", "learned"):
+        part = spec
         path = embedded_model_path(hardware)
         if path is None:
             if spec == "analytic":
                 return AnalyticCostModel(comm_profile=comm_profile), []
             raise ShardoptError(
-                f"--cost-model learned: no embedded model for hardware {hardware!r}; profile it"
-                f" (shardopt profile --preset full) and train one (shardopt train), then pass its path"
+                f"--cost-model learned: no embedded model for hardware {hardware!r}; measure one on it"
+                f" (shardopt calibrate --device {workload.topology.compute_device} -o model.json) and pass"
+                f" --cost-model learned@model.json"
             )
     else:
         path = Path(spec)
@@ -67,7 +78,7 @@ def resolve_cost_model(
     other_cpu = _other_cpu(meta["trained_on"], workload)
     if other_cpu:
         warnings.append(f"{path}: {other_cpu}")
-    if spec == "analytic":
+    if part == "analytic":
         return AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile), warnings
     from shardopt.costmodel.learned import LearnedCostModel
 
@@ -85,5 +96,5 @@ def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
         return None
     return (
         f"calibrated on CPU {trained_on['cpu_id']}, this machine is {here}; its kernel costs may"
-        " not hold here (shardopt profile --device cpu --preset full, then shardopt train)"
+        " not hold here (two minutes: shardopt calibrate -o model.json, then --cost-model learned@model.json)"
     )

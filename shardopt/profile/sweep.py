@@ -1,8 +1,10 @@
 """Sweep presets and the resumable loop that measures them into a profile dataset.
 
 Presets (``unit`` for tests, ``smoke`` for a two-minute check, ``full`` for the dataset that trains the
-default model) are deterministic lists of points given a seed. Each point is appended to the
-dataset as soon as it is measured; a rerun measures only the points it does not find.
+default model, ``calibrate`` for ``shardopt calibrate``: a few points that pin the model's terms,
+then rank-shaped ones until a time budget ends) are deterministic lists of points given a seed.
+Each point is appended to the dataset as soon as it is measured; a rerun measures only the
+points it does not find.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from shardopt.profile.dataset import (
 )
 from shardopt.traces.synth import trace_histograms
 
-PRESETS = ("unit", "smoke", "full")
+PRESETS = ("unit", "smoke", "full", "calibrate")
 # Rank-shaped fused points in the full CPU preset: planning compares ranks, so the model must
 # know how a rank's shards slow each other down, not only how tables cost alone.
 RANK_POINTS = 1000
+CALIBRATE_RANK_POINTS = 2000  # more than any budget measures: the budget decides how many
 DATASET_VERSION = 1
 DIMS = (16, 32, 64, 128, 256)
 
@@ -47,6 +50,7 @@ class Sweep:
     comm_warmup: int = 3
     comm_iters: int = 10
     notes: list[str] = field(default_factory=list)
+    comm_first: bool = False  # a budgeted sweep measures its few comm points before the open-ended kernels
 
 
 def _table(rows: int, dim: int, pooling: float, access: dict) -> dict:
@@ -149,6 +153,8 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
         sizes = (4096, 262_144, 4_194_304)
         comm = {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
         return Sweep(preset, tbe, comm, warmup=1, iters=3, comm_warmup=2, comm_iters=5)
+    if preset == "calibrate":
+        return _calibrate_sweep(rng, on_cuda)
     if preset == "full":
         max_elems = 2**28 if on_cuda else 2**24
         max_rows = 2e7 if on_cuda else 2e6
@@ -185,6 +191,35 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
     raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
 
 
+def _calibrate_sweep(rng: np.random.Generator, on_cuda: bool) -> Sweep:
+    """Points that pin the model's terms, then rank-shaped ones, in the order a budget takes them.
+
+    One table alone at each corner of what the terms separate (rows that fit the caches or not,
+    narrow and wide rows, few and many lookups, flat and skewed access) fixes the per-byte and
+    per-lookup costs; rank-shaped kernels (several tables fused, as a plan puts them on a rank)
+    then teach how shards on one rank slow each other down, which is what planning compares.
+    """
+    zipf = {"distribution": "zipf", "alpha": 1.05}
+    uniform = {"distribution": "uniform"}
+    big = 20_000_000 if on_cuda else 2_000_000
+    batch = 8192 if on_cuda else 2048
+    pins = [
+        _tbe([_table(rows, dim, pooling, access)], batch)
+        for rows in (20_000, big)
+        for dim in (16, 64, 256)
+        for pooling in (1, 20)
+        for access in (uniform, zipf)
+    ]
+    for table in (t for p in pins for t in p["tables"]):  # a CPU rank's lookups, as replay sees them
+        _cap_lookups([table], batch, 2e7 if on_cuda else 4e5)
+    max_elems, max_lookups = (2**28, 8e7) if on_cuda else (2**26, 1.6e6)
+    ranks = _rank_like_points(rng, CALIBRATE_RANK_POINTS, max_elems, max_lookups)
+    sizes = (4096, 262_144, 4_194_304)
+    comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
+    return Sweep("calibrate", pins + ranks, comm, warmup=2, iters=6, comm_warmup=2, comm_iters=5,
+                 comm_first=True)
+
+
 def comm_sizes(sweep: Sweep) -> list[int]:
     """The message sizes a preset measures, whatever the world size."""
     return sorted({p.message_bytes for points in sweep.comm.values() for p in points}) or [
@@ -204,35 +239,13 @@ class SweepResult:
     seconds: float
 
 
-def run_sweep(
-    folder: str,
-    *,
-    preset: str,
-    device: str = "cpu",
-    backend: str = "auto",
-    seed: int = 0,
-    progress: bool | None = None,
-    on_point: Callable[[dict], None] | None = None,
-) -> SweepResult:
-    """Measure every point of the preset that the dataset at ``folder`` does not hold yet."""
-    import torch
-    from tqdm import tqdm
+def _manifest(sweep: Sweep, seed: int, backend: str, device: str, meta: dict) -> dict:
+    from shardopt.profile.tbe import DISTINCT_BATCHES
 
-    from shardopt.profile.comm import spawn_all_to_all
-    from shardopt.profile.kernels import resolve_backend
-    from shardopt.profile.tbe import DISTINCT_BATCHES, measure_tables, timing_dict
-
-    from shardopt.profile.comm import launched_by_torchrun
-
-    if launched_by_torchrun():
-        return _run_launched_comm(folder, preset=preset, device=device, seed=seed)
-    backend = resolve_backend(backend)
-    sweep = build_sweep(preset, device, seed, backend)
-    meta = machine_metadata(device)
-    manifest = {
+    return {
         "format": DATASET_FORMAT,
         "version": DATASET_VERSION,
-        "preset": preset,
+        "preset": sweep.preset,
         "seed": seed,
         "backend": backend,
         "threads_per_rank": 1 if device == "cpu" else None,
@@ -242,8 +255,37 @@ def run_sweep(
         "notes": sweep.notes,
         **meta,
     }
+
+
+def run_sweep(
+    folder: str,
+    *,
+    preset: str,
+    device: str = "cpu",
+    backend: str = "auto",
+    seed: int = 0,
+    progress: bool | None = None,
+    on_point: Callable[[dict], None] | None = None,
+    deadline: float | None = None,
+) -> SweepResult:
+    """Measure every point of the preset that the dataset at ``folder`` does not hold yet, or,
+    with a ``deadline`` (``time.perf_counter()``), the kernel points that fit before it."""
+    import torch
+    from tqdm import tqdm
+
+    from shardopt.profile.comm import spawn_all_to_all
+    from shardopt.profile.kernels import resolve_backend
+    from shardopt.profile.tbe import measure_tables, timing_dict
+
+    from shardopt.profile.comm import launched_by_torchrun
+
+    if launched_by_torchrun():
+        return _run_launched_comm(folder, preset=preset, device=device, seed=seed)
+    backend = resolve_backend(backend)
+    sweep = build_sweep(preset, device, seed, backend)
+    meta = machine_metadata(device)
     dataset = ProfileDataset(folder)
-    dataset.start(manifest)
+    dataset.start(_manifest(sweep, seed, backend, device, meta))
     done = dataset.done_keys()
     if device == "cpu":
         torch.set_num_threads(1)  # a CPU rank is one intra-op thread; ranks share the host's cores
@@ -256,7 +298,24 @@ def run_sweep(
     started = time.perf_counter()
     with tqdm(total=total, initial=total - todo, desc=f"profile {preset}", unit="pt",
               disable=None if progress is None else not progress) as bar:
+
+        def measure_comm() -> None:
+            for world, points in comm_todo.items():
+                if not points:
+                    continue
+                for m in spawn_all_to_all(world, points, warmup=sweep.comm_warmup, iters=sweep.comm_iters):
+                    record = _comm_record(m, meta["device"])
+                    dataset.append(record)
+                    if on_point:
+                        on_point(record)
+                    bar.update()
+                    check_interrupted()
+
+        if sweep.comm_first:
+            measure_comm()
         for spec in tbe_todo:
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             m = measure_tables(
                 tables_of(spec), spec["batch"], backend=backend, device=device,
                 precision=spec["precision"], location=spec["location"],
@@ -272,17 +331,9 @@ def run_sweep(
                 on_point(record)
             bar.update()
             check_interrupted()
-        for world, points in comm_todo.items():
-            if not points:
-                continue
-            for m in spawn_all_to_all(world, points, warmup=sweep.comm_warmup, iters=sweep.comm_iters):
-                record = _comm_record(m, meta["device"])
-                dataset.append(record)
-                if on_point:
-                    on_point(record)
-                bar.update()
-                check_interrupted()
-    return SweepResult(todo, total - todo, time.perf_counter() - started)
+        if not sweep.comm_first:
+            measure_comm()
+    return SweepResult(len(dataset.done_keys() - done), total - todo, time.perf_counter() - started)
 
 
 def _comm_record(m, device: str) -> dict:

@@ -1,0 +1,92 @@
+"""shardopt calibrate: a budgeted sweep, the fit, one model file and nothing else left behind;
+--cost-model analytic@PATH / learned@PATH pick a part of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS, PACKAGED_PROFILE, run_cli
+
+
+def _copy_points(folder: Path, count: int) -> None:
+    """A stand-in for measuring: the first ``count`` kernel points of the packaged profile."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PACKAGED_PROFILE / "manifest.json", folder / "manifest.json")
+    lines = [line for line in (PACKAGED_PROFILE / "points.jsonl").read_text().splitlines()
+             if json.loads(line).get("kind", "tbe") != "a2a"][:count]
+    (folder / "points.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def fake_sweep(monkeypatch):
+    calls = []
+
+    def run_sweep(folder, *, preset, device, backend, seed, deadline):
+        calls.append({"preset": preset, "deadline_in": deadline - time.perf_counter(), "folder": folder})
+        _copy_points(Path(folder), 120)
+
+        class Result:
+            measured, skipped = 120, 0
+        return Result()
+
+    monkeypatch.setattr("shardopt.profile.sweep.run_sweep", run_sweep)
+    return calls
+
+
+def test_calibrate_writes_one_model_within_its_budget_and_leaves_no_profile(runner, tmp_path, fake_sweep):
+    out = tmp_path / "model.json"
+    result = run_cli(runner, "calibrate", "--budget", "60", "-o", out)
+    assert result.exit_code == 0
+    assert "learned@" in result.stdout and "held-out kernel MAPE" in result.stdout
+    assert fake_sweep[0]["preset"] == "calibrate"
+    assert 0 < fake_sweep[0]["deadline_in"] <= 60 * 0.9  # the fit keeps a share of the budget
+    assert not Path(fake_sweep[0]["folder"]).exists()  # the measured points were a temp folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json"]
+    report = json.loads(out.read_text())["report"]
+    assert report["calibrate"]["budget_s"] == 60
+
+
+def test_a_calibrated_model_plans_through_either_part(runner, tmp_path, fake_sweep):
+    model = tmp_path / "model.json"
+    assert run_cli(runner, "calibrate", "--budget", "60", "-o", model).exit_code == 0
+    for part in ("analytic", "learned"):
+        plan = tmp_path / f"{part}.json"
+        result = run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--cost-model", f"{part}@{model}",
+                         "--search", "greedy", "-o", plan)
+        assert result.exit_code == 0, result.stderr
+        name = json.loads(plan.read_text())["predicted"]["cost_model"]
+        assert ("learned" in name) == (part == "learned"), name
+
+
+def test_a_missing_model_file_is_one_line(runner, tmp_path):
+    result = run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--cost-model", f"learned@{tmp_path}/none.json",
+                     "-o", tmp_path / "p.json")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "--cost-model learned@" in result.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_the_calibrate_preset_pins_terms_first_and_measures_comm_before_the_budgeted_kernels():
+    from shardopt.profile.sweep import build_sweep
+
+    sweep = build_sweep("calibrate", "cpu")
+    assert sweep.comm_first and sweep.comm
+    singles = [p for p in sweep.tbe[:24] if len(p["tables"]) == 1]
+    assert len(singles) == 24  # the pinning points come first
+    assert len(sweep.tbe) > 1000  # then more rank-shaped kernels than any budget measures
+    assert all(len(p["tables"]) >= 3 for p in sweep.tbe[24:])
+
+
+def test_a_deadline_stops_the_kernel_points(tmp_path):
+    from shardopt.profile.sweep import run_sweep
+
+    done = run_sweep(str(tmp_path / "p"), preset="unit", progress=False, deadline=time.perf_counter())
+    kinds = [json.loads(line).get("kind") for line in (tmp_path / "p" / "points.jsonl").read_text().splitlines()]
+    assert kinds and all(k == "a2a" for k in kinds)  # comm measured, no kernel point past the deadline
+    assert done.measured == len(kinds)
