@@ -38,6 +38,11 @@ class Hardware:
     origin: str
     # A second, larger cache level the rank's rows compete for (CPU L3); None: one level only.
     llc_bytes: int | None = None
+    # Memory bandwidth the fused backward (gradient reduction and optimizer update) reaches, when
+    # it differs from the forward's gathers (FBGEMM's TBE on GPUs: about 0.4x); None: mem_bw_gbps.
+    bwd_mem_bw_gbps: float | None = None
+    # Where each constant comes from: constant name -> citation (data sheet, measurement, fit).
+    sources: dict | None = dataclasses.field(default=None, hash=False, compare=False)
 
 
 @lru_cache(maxsize=1)

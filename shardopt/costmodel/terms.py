@@ -213,14 +213,15 @@ def _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor=Non
 def hardware_coefficients(hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per unit of each term, from a hardware profile's bandwidths and overheads."""
     mem, cache, uvm = 1 / (hw.mem_bw_gbps * 1e9), 1 / (hw.cache_bw_gbps * 1e9), 1 / (hw.uvm_bw_gbps * 1e9)
+    bwd_mem = 1 / ((hw.bwd_mem_bw_gbps or hw.mem_bw_gbps) * 1e9)
     fwd = dict(
         table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache, llc_bytes=cache,
         accum_bytes=0.0, uvm_miss_bytes=uvm, out_bytes=mem, miss_bytes_half=mem, miss_bytes_far=0.0,
         **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     bwd = dict(
-        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, out_bytes=mem,
-        accum_bytes=cache, update_hit_bytes=cache, uvm_update_bytes=uvm, update_bytes_half=mem, update_bytes_far=0.0,
-        **{f"update_bytes_d{d}": mem for d in DIM_CLASSES},
+        table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=bwd_mem, out_bytes=bwd_mem,
+        accum_bytes=cache, update_hit_bytes=cache, uvm_update_bytes=uvm, update_bytes_half=bwd_mem,
+        update_bytes_far=0.0, **{f"update_bytes_d{d}": bwd_mem for d in DIM_CLASSES},
     )
     return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
