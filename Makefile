@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 FBGEMM := fbgemm-gpu-cpu==1.8.0
 TORCHREC := torchrec==1.8.0
-WORKLOAD ?= configs/dlrm-medium.yaml
+WORKLOAD ?= configs/h100-16.yaml
 
 .PHONY: setup plan test clean
 

@@ -36,6 +36,17 @@ def breakdown_table(
     return "\n".join(lines)
 
 
+def _constants_line(workload: Workload) -> str:
+    """Which hardware constants priced the kernels, where the model is not fitted to a machine."""
+    from shardopt.core.hardware import hardware_for
+
+    hw = hardware_for(workload.topology)
+    bwd = f", {hw.bwd_mem_bw_gbps:g} GB/s backward" if hw.bwd_mem_bw_gbps else ""
+    return (f"compute: priced from hardware profile '{hw.name}' ({hw.description}): memory"
+            f" {hw.mem_bw_gbps:g} GB/s forward{bwd}, {hw.kernel_us:g} us per kernel call; each"
+            " constant's source is in shardopt/data/hardware.yaml")
+
+
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     predicted = plan.predicted
     topo = workload.topology
@@ -58,6 +69,8 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             f"critical path: {step:.3f} ms (a synchronous step: the slowest rank of each phase, summed;"
             f" no step is below the bottleneck's bound{above})"
         )
+        if predicted.cost_model.startswith("analytic-v0"):
+            lines.append(_constants_line(workload))
         if predicted.comm_source:
             fwd = max(r.fwd_comm_ms for r in predicted.per_rank)
             bwd = max(r.bwd_comm_ms for r in predicted.per_rank)
@@ -83,7 +96,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
         parts = [f"search: {search.algorithm}, status {search.status}"]
         if search.objective:
             parts.append(f"objective {search.objective}")
-        if search.solver_bound_ms is not None:
+        if search.solver_bound_ms:  # none proven (0) says nothing
             parts.append(f"solver bound {search.solver_bound_ms:.3f} ms")
         if search.variables:
             parts.append(f"{search.variables} placements")

@@ -5,8 +5,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from conftest import CONFIGS, DATA, run_cli
+from conftest import CONFIGS, DATA, ROOT, run_cli
 from shardopt import __version__
 
 COMMANDS = ["plan", "validate", "synth"]
@@ -141,3 +142,19 @@ def test_bare_command_shows_the_help(runner):
     assert result.exit_code == 2
     assert result.stderr.startswith("Usage: shardopt [OPTIONS] COMMAND")
     assert "Commands:" in result.stderr.splitlines()
+
+
+def test_the_default_job_plans_a_gpu_cluster_and_names_the_constants_that_priced_it(runner, tmp_path):
+    """`make plan`'s workload is a GPU cluster (issue 22); its summary says which constants priced it."""
+    import re
+
+    default = re.search(r"^WORKLOAD \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    workload = yaml.safe_load((ROOT / default).read_text())
+    assert workload["topology"]["compute_device"] == "cuda"
+    assert workload["topology"]["world_size"] > workload["topology"]["local_world_size"]  # several hosts
+    result = run_cli(runner, "plan", ROOT / default, "--search", "greedy", "-o", tmp_path / "p.json")
+    assert result.exit_code == 0
+    hardware = workload["topology"]["hardware"]
+    assert f"compute: priced from hardware profile '{hardware}'" in result.stdout
+    assert "shardopt/data/hardware.yaml" in result.stdout
+    assert f"priced from hardware profile '{hardware}' links" in result.stdout
