@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import Interrupted, command_line, main
-from shardopt.cli.options import COMM_PROFILE_HELP, SEED, TIME_LIMIT
+from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.core.errors import ShardoptError
 
 
@@ -62,7 +62,7 @@ CALIBRATE_FIT_SHARE = 0.2
 
 @main.command()
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--budget", type=click.FloatRange(30, 7200), default=120.0, show_default=True,
+@click.option("--budget", type=BUDGET, default=120.0, show_default=True,
               help="Seconds for measuring and fitting together.")
 @click.option("--backend", type=click.Choice(["auto", "fbgemm", "torch-tbe"]), default="auto",
               show_default=True, help="Lookup kernel (auto: FBGEMM when installed, else torch-tbe).")

@@ -33,6 +33,7 @@ class FiniteFloat(click.ParamType):
 
 
 TIME_LIMIT = FiniteFloat(0, MAX_TIME_LIMIT_S, lo_open=True)
+BUDGET = FiniteFloat(30, 7200)  # seconds of calibrate: measuring and fitting
 SEED = click.IntRange(0, 2**32 - 1)
 
 

@@ -90,3 +90,31 @@ def test_a_deadline_stops_the_kernel_points(tmp_path):
     kinds = [json.loads(line).get("kind") for line in (tmp_path / "p" / "points.jsonl").read_text().splitlines()]
     assert kinds and all(k == "a2a" for k in kinds)  # comm measured, no kernel point past the deadline
     assert done.measured == len(kinds)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--budget", "5"], "--budget"),
+    (["--budget", "nan"], "--budget"),
+    (["--device", "tpu"], "--device"),
+    (["--backend", "torch"], "--backend"),
+])
+def test_bad_options_are_one_line_and_write_nothing(runner, tmp_path, args, says, fake_sweep):
+    out = tmp_path / "model.json"
+    result = run_cli(runner, "calibrate", *args, "-o", out)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr
+    assert not out.exists() and not fake_sweep
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_measuring(runner, tmp_path, fake_sweep):
+    (tmp_path / "a-file").write_text("x")
+    for args, says in (
+        (["-o", tmp_path], "--output"),
+        (["-o", tmp_path / "model.yaml"], "--output"),
+        (["--keep-profile", tmp_path / "a-file", "-o", tmp_path / "m.json"], "--keep-profile"),
+    ):
+        result = run_cli(runner, "calibrate", *args)
+        assert result.exit_code == 2, args
+        assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not fake_sweep  # nothing was measured
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
