@@ -58,6 +58,7 @@ def profile(device: str, preset: str, backend: str, seed: int, output: Path) -> 
 # Of calibrate's budget, the share kept for the fit (about 10 s for the 300-400 kernels that two
 # minutes measure on a 2-core VM) and for starting the gloo workers of the comm points.
 CALIBRATE_FIT_SHARE = 0.2
+CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful of points
 
 
 @main.command()
@@ -85,6 +86,7 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     from shardopt.core.files import check_output, check_output_folder
     from shardopt.costmodel.store import save_model
     from shardopt.costmodel.train import train_model
+    from shardopt.profile.dataset import ProfileDataset
     from shardopt.profile.sweep import run_sweep
 
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
@@ -103,6 +105,10 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
             swept = run_sweep(str(folder), preset="calibrate", device=device, backend=backend, seed=seed,
                               deadline=started + budget * (1 - CALIBRATE_FIT_SHARE))
             measured_s = time.perf_counter() - started
+            kernels = sum(1 for _ in ProfileDataset(folder).records("tbe"))
+            if kernels < CALIBRATE_MIN_KERNELS:
+                raise ShardoptError(f"--budget {budget:g}: only {kernels} kernel points were measured in it,"
+                                    f" {CALIBRATE_MIN_KERNELS} are needed; give it more seconds")
             parts, report = train_model(folder, seed=seed)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"

@@ -118,3 +118,18 @@ def test_outputs_that_cannot_be_written_are_refused_before_measuring(runner, tmp
         assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not fake_sweep  # nothing was measured
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_budget_too_short_for_the_fit_says_so(runner, tmp_path, monkeypatch):
+    def run_sweep(folder, **_):
+        _copy_points(Path(folder), 10)
+
+        class Result:
+            measured, skipped = 10, 0
+        return Result()
+
+    monkeypatch.setattr("shardopt.profile.sweep.run_sweep", run_sweep)
+    result = run_cli(runner, "calibrate", "--budget", "30", "-o", tmp_path / "m.json")
+    assert result.exit_code == 2
+    assert "--budget 30: only 10 kernel points" in result.stderr
+    assert list(tmp_path.iterdir()) == []
