@@ -52,10 +52,12 @@ def workload_from_module(
     sharders: Optional[list] = None,
     name: str = "torchrec-model",
     access: Optional[dict] = None,
+    hardware: Optional[str] = None,
 ) -> tuple[Workload, dict[str, Origin]]:
     """The model's embedding tables as a workload, and each table's origin. ``access`` is the
     access distribution assumed for every table (a TorchRec model carries no statistics), e.g.
-    ``{"distribution": "zipf", "alpha": 1.05}``; None: uniform."""
+    ``{"distribution": "zipf", "alpha": 1.05}``; None: uniform. ``hardware``: the GPUs' hardware
+    profile (h100, h200, a100); None: the GPU this process sees, else the cuda default."""
     ebc_type, ec_type, fp_type = _module_types()
     constraints = constraints or {}
     found: list[tuple[str, object, object]] = []  # (path, module, its sharder or None)
@@ -92,7 +94,7 @@ def workload_from_module(
         )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ShardoptError(f"batch_size: must be a positive integer, got {batch_size!r}")
-    topo = _topology(topology)
+    topo = _topology(topology, hardware)
     for path, ebc, sharder in found:
         for config in _configs(ebc):
             table_name = config.name if len(seen[config.name]) == 1 else f"{path}.{config.name}"
@@ -172,9 +174,22 @@ def _table(config, table_name: str, constraint, path: str, sharder, device: str,
     return table, rules
 
 
-def _topology(topology) -> dict:
+def local_gpu_hardware() -> Optional[str]:
+    """The hardware profile of the GPU this process sees, if shardopt has one (TorchRec's Topology
+    does not say which GPU the cluster has; the planner usually runs on one of its hosts)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name().upper()
+    return next((profile for key, profile in (("H200", "h200"), ("H100", "h100"), ("A100", "a100"))
+                 if key in name), None)
+
+
+def _topology(topology, hardware: Optional[str] = None) -> dict:
     """TorchRec's Topology as the workload's topology: storage per rank (the smallest, when
-    ranks differ), ranks per host, and the links when the user declared them."""
+    ranks differ), ranks per host, the links when the user declared them, and the GPUs' hardware
+    profile (``hardware``, else the local GPU's)."""
     from torchrec.distributed.planner.constants import CROSS_NODE_BANDWIDTH, INTRA_NODE_BANDWIDTH
 
     device = topology.compute_device
@@ -188,6 +203,9 @@ def _topology(topology) -> dict:
                     hbm, ddr)
     local = topology.local_world_size
     out = {"world_size": topology.world_size, "local_world_size": local, "compute_device": device}
+    if device == "cuda" and (hardware := hardware or local_gpu_hardware()):
+        out["hardware"] = hardware
+        logger.info("planning for hardware profile %s", hardware)
     out["hbm_cap"] = tables
     if device == "cuda" and ddr:
         out["ddr_cap"] = ddr * local

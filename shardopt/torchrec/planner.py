@@ -63,6 +63,7 @@ class ShardoptPlanner(ShardingPlanner):
         objective: str = "critical-path",
         plan_file: Optional[str] = None,
         access: Optional[dict] = None,
+        hardware: Optional[str] = None,
         **unknown,
     ) -> None:
         if unknown:
@@ -74,7 +75,7 @@ class ShardoptPlanner(ShardingPlanner):
             logger.warning("ShardoptPlanner ignores %s: %s", name, REPLACED[name])
         if time_limit_s is None:
             time_limit_s = float(timeout_seconds) if timeout_seconds else DEFAULT_TIME_LIMIT_S
-        _check_options(batch_size, time_limit_s, search, objective, cost_model)
+        _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware)
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -82,6 +83,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.debug = debug
         self.plan_file = plan_file
         self.access = access  # the skew assumed for tables (TorchRec models carry no statistics)
+        self.hardware = hardware  # the GPUs' profile (h100, h200, a100); None: the local GPU's
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
@@ -125,7 +127,7 @@ class ShardoptPlanner(ShardingPlanner):
         reserved = self._reserve(topology, batch_size, module, sharders)
         try:
             workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders,
-                                                     access=self.access)
+                                                     access=self.access, hardware=self.hardware)
         except NoTables:
             return ShardingPlan({})
         except ShardoptError as exc:
@@ -198,7 +200,7 @@ def _load_plan(path: str, workload: Workload) -> Plan:
     return plan
 
 
-def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> None:
+def _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware=None) -> None:
     """Refuse options the CLI would refuse, with the same words (a ShardoptError is a ValueError)."""
     import math
 
@@ -216,3 +218,9 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model) -> N
         raise ShardoptError(f"ShardoptPlanner objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if not isinstance(cost_model, str):
         raise ShardoptError(f"ShardoptPlanner cost_model: must be a name or a path, got {cost_model!r}")
+    if hardware is not None:
+        from shardopt.core.hardware import hardware_profiles
+
+        known = sorted(hardware_profiles())
+        if hardware not in known:
+            raise ShardoptError(f"ShardoptPlanner hardware: one of {', '.join(known)}, got {hardware!r}")

@@ -211,3 +211,23 @@ def test_cli_from_torchrec_and_compare(runner, tmp_path):
     assert len(replayed) == 2 and all(float(ms) > 0 for pair in replayed for ms in pair)
     assert all(float(step) >= float(bottleneck) - 1e-3 for step, bottleneck in replayed)
     assert "per-rank medians of 2 rounds side by side" in result.stdout
+
+
+def test_the_planner_plans_for_the_gpus_named_or_the_local_one(monkeypatch):
+    """TorchRec's Topology does not say which GPU the cluster has: ShardoptPlanner(hardware=...)
+    does, else the GPU the planning process sees, else the cuda default."""
+    topology = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**34)
+    planner = ShardoptPlanner(topology=topology, batch_size=64, time_limit_s=1, hardware="h100")
+    planner.collective_plan(_Nested(_ebc(dims=(64, 16))), SHARDERS)
+    assert planner.last_workload.topology.hardware == "h100"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    workload, _ = workload_from_module(_Nested(_ebc()), topology, 64)
+    assert workload.topology.hardware == "a100"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")  # no profile: the default
+    workload, _ = workload_from_module(_Nested(_ebc()), topology, 64)
+    assert workload.topology.hardware is None
+
+    with pytest.raises(ShardoptError, match="ShardoptPlanner hardware: one of .*h100.*, got 'tpu'"):
+        ShardoptPlanner(topology=topology, hardware="tpu")
