@@ -231,3 +231,18 @@ def test_the_planner_plans_for_the_gpus_named_or_the_local_one(monkeypatch):
 
     with pytest.raises(ShardoptError, match="ShardoptPlanner hardware: one of .*h100.*, got 'tpu'"):
         ShardoptPlanner(topology=topology, hardware="tpu")
+
+
+def test_cli_from_torchrec_names_the_gpus(runner, tmp_path):
+    import yaml
+
+    out = tmp_path / "m.yaml"
+    result = run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "16",
+                     "--local-world-size", "8", "--batch-size", "64", "--hardware", "h100", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert yaml.safe_load(out.read_text())["topology"]["hardware"] == "h100"
+    for device, bad in (("cuda", "cpu"), ("cuda", "tpu"), ("cpu", "h100")):
+        result = run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "2",
+                         "--device", device, "--batch-size", "64", "--hardware", bad, "-o", tmp_path / "x.yaml")
+        assert result.exit_code == 2 and "--hardware: for --device" in result.stderr, (device, bad)
+        assert not (tmp_path / "x.yaml").exists()
