@@ -76,6 +76,38 @@ def _summary(rows: list[dict], plans: list[dict], name: str) -> dict:
     }
 
 
+def _replay_workload(workload, candidates, models, comm, probe, repeats, rows, plans) -> None:
+    """Replay each plan ``repeats`` times, the plans in turns (so drift falls on all of them), and
+    keep each rank's median: one replay of a few-ms rank moved by 10-20% on this VM."""
+    from shardopt.measure.replay import replay_plan
+
+    runs: dict[str, list] = {label: [] for label, _ in candidates}
+    for _ in range(repeats):
+        for label, plan in candidates:
+            before = probe.time_us()
+            measured = replay_plan(workload, plan, comm=comm).per_rank
+            runs[label].append((measured, (before + probe.time_us()) / 2))  # the probe around it
+    for label, plan in candidates:
+        predicted = {name: fn(workload, plan.tables) for name, fn in models.items()}
+        first = runs[label][0][0]
+        for r in first:
+            computes = [m[r.rank].fwd_compute_ms + m[r.rank].bwd_compute_ms for m, _ in runs[label]]
+            if min(computes) <= 0:
+                continue
+            rows.append({
+                "workload": workload.name, "plan": label, "rank": r.rank,
+                "measured_ms": float(np.median(computes)), "runs_ms": computes,
+                "probe_us": [speed for _, speed in runs[label]],
+                **{name: p[r.rank].fwd_compute_ms + p[r.rank].bwd_compute_ms for name, p in predicted.items()},
+            })
+        plans.append({
+            "workload": workload.name, "plan": label,
+            "measured_ms": float(np.median([max(x.total_ms for x in m) for m, _ in runs[label]])),
+            **{name: max(x.total_ms for x in p) for name, p in predicted.items()},
+        })
+        print(f"{workload.name} {label}: replayed {repeats}x", file=sys.stderr)
+
+
 def _models(model: str, also: list[str]) -> tuple[dict, dict]:
     """The models scored, by name, and the main model file's metadata."""
     from shardopt.costmodel.analytic import AnalyticCostModel
@@ -136,7 +168,7 @@ def main() -> None:
     from shardopt.search.ilp import IlpSearch
     from shardopt.torchrec.to_model import torchrec_plan
     from shardopt.profile.dataset import ProfileDataset
-    from shardopt.measure.replay import ProfiledComm, replay_plan
+    from shardopt.measure.replay import ProfiledComm
     from shardopt.search.sampler import PlanSampler
 
     parser = argparse.ArgumentParser()
@@ -144,6 +176,7 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, default=6)
     parser.add_argument("--plans", type=int, default=5, help="random plans per workload (+ greedy)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="replays of each plan, in turns; per-rank medians")
     parser.add_argument("--profile", default=str(ROOT / "shardopt/data/profiles/cpu-full"))
     parser.add_argument("--also", action="append", default=[], metavar="FILE",
                         help="another model file, scored on the same replays (repeatable)")
@@ -165,32 +198,14 @@ def main() -> None:
             (f"random{j}", plan_workload(workload, search=PlanSampler(seed=1000 * w_index + j)))
             for j in range(args.plans)
         ]
-        for label, plan in candidates:
-            before = probe.time_us()
-            measured = replay_plan(workload, plan, comm=comm).per_rank
-            speed = (before + probe.time_us()) / 2  # the probe's time around this replay
-            predicted = {name: fn(workload, plan.tables) for name, fn in models.items()}
-            for r in measured:
-                compute = r.fwd_compute_ms + r.bwd_compute_ms
-                if compute <= 0:
-                    continue
-                rows.append({
-                    "workload": workload.name, "plan": label, "rank": r.rank, "measured_ms": compute,
-                    "probe_us": speed,
-                    **{name: p[r.rank].fwd_compute_ms + p[r.rank].bwd_compute_ms for name, p in predicted.items()},
-                })
-            plans.append({
-                "workload": workload.name, "plan": label,
-                "measured_ms": max(r.total_ms for r in measured),
-                **{name: max(x.total_ms for x in p) for name, p in predicted.items()},
-            })
-            print(f"{workload.name} {label}: replayed", file=sys.stderr)
-    reference = float(np.median([r["probe_us"] for r in rows]))
+        _replay_workload(workload, candidates, models, comm, probe, args.repeats, rows, plans)
+    reference = float(np.median([p for r in rows for p in r["probe_us"]]))
     for r in rows:  # measured as if the machine ran at its median speed over the run
-        r["steady_ms"] = r["measured_ms"] * reference / r["probe_us"]
+        r["steady_ms"] = float(np.median([m * reference / p for m, p in zip(r["runs_ms"], r["probe_us"])]))
     summary = {name: _summary(rows, plans, name) for name in models}
     elapsed = time.perf_counter() - started
-    command = f"python benchmarks/accuracy.py --workloads {args.workloads} --plans {args.plans} --seed {args.seed}"
+    command = (f"python benchmarks/accuracy.py --workloads {args.workloads} --plans {args.plans} --seed {args.seed}"
+               f" --repeats {args.repeats}")
     command += "".join(f" --also {other}" for other in args.also)
     lines = [
         "# Cost-model accuracy on held-out plans, judged by replay",
@@ -201,7 +216,8 @@ def main() -> None:
         f" learned {meta['report'].get('held_out_mape', {}).get('learned', float('nan')):.1%}).",
         f"Held out: {args.workloads} synthetic DLRM-like workloads (2 or 4 CPU ranks, 8-20 tables drawn"
         " under seeds the profile never used), each with shardopt's plan (default search, 2 s), TorchRec's and"
-        f" {args.plans} random plans: {len(plans)} plans, {len(rows)} ranks. Measured: replay, compute"
+        f" {args.plans} random plans: {len(plans)} plans, {len(rows)} ranks. Measured: replay ({args.repeats}x per"
+        " plan, the plans in turns, per-rank medians), compute"
         " medians of 10 iterations (a new batch each) after 3 warm-up per rank (FBGEMM kernels,"
         " one thread);"
         " communication from the committed CPU all-to-all profile. Drift-corrected: each replay scaled"
