@@ -129,7 +129,7 @@ def test_a_budget_too_short_for_the_fit_says_so(runner, tmp_path, monkeypatch):
         return Result()
 
     monkeypatch.setattr("shardopt.profile.sweep.run_sweep", run_sweep)
-    result = run_cli(runner, "calibrate", "--budget", "30", "-o", tmp_path / "m.json")
+    result = run_cli(runner, "calibrate", "--budget", "60", "-o", tmp_path / "m.json")
     assert result.exit_code == 2
-    assert "--budget 30: only 10 kernel points" in result.stderr
+    assert "--budget 60: only 10 kernel points" in result.stderr
     assert list(tmp_path.iterdir()) == []
