@@ -18,6 +18,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from shardopt.profile.tbe_torch import TorchTbeKernel
 
 LEARNING_RATE = 0.01
 EPS = 1e-8
@@ -77,8 +78,6 @@ def build_kernel(
     if location != "hbm":
         raise ValueError(f"the {backend} backend keeps tables in device memory only (location hbm)")
     if backend == "torch-tbe":
-        from shardopt.profile.tbe_torch import TorchTbeKernel
-
         return TorchTbeKernel(specs, precision, device, learning_rate=LEARNING_RATE, eps=EPS, dtypes=PRECISIONS)
     return TorchKernel(specs, precision, device)
 
@@ -141,60 +140,20 @@ class FbgemmKernel:
                 for states in self.module.split_optimizer_states()]
 
 
-class TorchKernel:
-    """Tables of one dim share a weight; ``embedding_bag`` pools; row-wise Adagrad updates rows."""
+class TorchKernel(TorchTbeKernel):
+    """The older torch twin: torch-tbe's layout and state, but autograd through ``embedding_bag``
+    and a coalesced sparse gradient (not FBGEMM's backward); kept to rerun old profiles."""
 
     backend = "torch"
 
     def __init__(self, specs: Sequence[KernelSpec], precision: str, device: str) -> None:
-        self.device = torch.device(device)
-        self.specs = list(specs)
-        dtype = PRECISIONS[precision]
-        self.groups: list[list[int]] = []
-        for dim in sorted({s.dim for s in specs}):
-            self.groups.append([t for t, s in enumerate(specs) if s.dim == dim])
-        self.row_base: dict[int, int] = {}
-        self.weight: list[torch.Tensor] = []
-        self.momentum: list[torch.Tensor] = []
-        for members in self.groups:
-            base = 0
-            for t in members:
-                self.row_base[t] = base
-                base += specs[t].rows
-            dim = specs[members[0]].dim
-            bound = 1.0 / max(1, dim) ** 0.5
-            w = torch.empty(base, dim, dtype=dtype, device=self.device).uniform_(-bound, bound)
-            self.weight.append(w.requires_grad_())
-            self.momentum.append(torch.zeros(base, dtype=torch.float32, device=self.device))
-        # Output columns come out grouped by dim; this puts them back in table order.
-        grouped_cols = [
-            (t, c) for members in self.groups for t in members for c in range(specs[t].dim)
-        ]
-        start = [0]
-        for s in specs:
-            start.append(start[-1] + s.dim)
-        order = {tc: i for i, tc in enumerate(grouped_cols)}
-        self.column_order = torch.tensor(
-            [order[t, c] for t, s in enumerate(specs) for c in range(s.dim)], device=self.device
-        )
-
-    def prepare(self, indices, offsets):
-        batch = (len(offsets) - 1) // len(self.specs)
-        prepared = []
-        for members in self.groups:
-            ids, lengths = [], []
-            for t in members:
-                lo, hi = offsets[t * batch], offsets[(t + 1) * batch]
-                ids.append(indices[lo:hi] + self.row_base[t])
-                lengths.append(offsets[t * batch + 1 : (t + 1) * batch + 1] - offsets[t * batch : (t + 1) * batch])
-            flat = torch.cat(ids).to(self.device)
-            group_offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.cat(lengths), 0)])
-            prepared.append((flat, group_offsets.to(self.device), len(members), batch))
-        return prepared
+        super().__init__(specs, precision, device, learning_rate=LEARNING_RATE, eps=EPS, dtypes=PRECISIONS)
+        for w in self.weight:
+            w.requires_grad_()
 
     def forward(self, prepared):
         outs = []
-        for w, (ids, offs, tables, batch) in zip(self.weight, prepared):
+        for w, (ids, offs, _, tables, batch) in zip(self.weight, prepared):
             pooled = torch.nn.functional.embedding_bag(
                 ids, w, offs, mode="sum", sparse=True, include_last_offset=True
             )
@@ -208,21 +167,6 @@ class TorchKernel:
                 g = w.grad.coalesce()
                 rows, values = g.indices()[0], g.values().float()
                 m.index_add_(0, rows, values.pow(2).mean(dim=1))
-                step = values * (-LEARNING_RATE / (m.index_select(0, rows).sqrt() + EPS)).unsqueeze(1)
+                step = values * (-self.learning_rate / (m.index_select(0, rows).sqrt() + self.eps)).unsqueeze(1)
                 w.index_add_(0, rows, step.to(w.dtype))
                 w.grad = None
-
-    def weights(self) -> list[torch.Tensor]:
-        out = []
-        for t, s in enumerate(self.specs):
-            g = next(i for i, members in enumerate(self.groups) if t in members)
-            base = self.row_base[t]
-            out.append(self.weight[g].detach()[base : base + s.rows].float().cpu().clone())
-        return out
-
-    def set_weights(self, weights: Sequence[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for t, src in enumerate(weights):
-                g = next(i for i, members in enumerate(self.groups) if t in members)
-                base = self.row_base[t]
-                self.weight[g][base : base + src.shape[0]].copy_(src)

@@ -117,11 +117,12 @@ class TorchTbeKernel:
 
     # -- state, for tests and replay ----------------------------------------------------------
     def weights(self) -> list[torch.Tensor]:
-        return [self._rows(self.weight, t).float().cpu().clone() for t in range(len(self.specs))]
+        return [self._rows(self.weight, t).detach().float().cpu().clone() for t in range(len(self.specs))]
 
     def momentum_states(self) -> list[torch.Tensor]:
         return [self._rows(self.momentum, t).cpu().clone() for t in range(len(self.specs))]
 
+    @torch.no_grad()
     def set_weights(self, weights: Sequence[torch.Tensor]) -> None:
         for t, src in enumerate(weights):
             self._rows(self.weight, t).copy_(src)
