@@ -118,13 +118,18 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
         report["calibrate"] = {"budget_s": budget, "points": swept.measured + swept.skipped,
                                "measure_s": round(measured_s, 1)}
         save_model(output, parts, report)
-    err = report["held_out_mape"]
     click.echo(
         f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted in"
-        f" {time.perf_counter() - started - measured_s:.0f} s; held-out kernel MAPE over"
-        f" {report['held_out_kernels']} kernels: learned {err['learned']:.1%}, calibrated analytic"
-        f" {err['analytic-calibrated']:.1%}. Plan with --cost-model learned@{output}"
+        f" {time.perf_counter() - started - measured_s:.0f} s; held-out kernel {_held_out(report)}."
+        f" Plan with --cost-model learned@{output}"
     )
+
+
+def _held_out(report: dict) -> str:
+    """A trained model's held-out kernel error, as train and calibrate print it."""
+    err = report["held_out_mape"]
+    return (f"MAPE over {report['held_out_kernels']} kernels: learned {err['learned']:.1%},"
+            f" calibrated analytic {err['analytic-calibrated']:.1%}")
 
 
 @main.command()
@@ -144,11 +149,9 @@ def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str
     started = time.perf_counter()
     parts, report = train_model(profile_dir, seed=seed, epochs=epochs, hardware=hardware)
     save_model(output, parts, report)
-    err = report["held_out_mape"]
     click.echo(
         f"wrote {output}: trained on {report['train_kernels']} kernels in"
-        f" {time.perf_counter() - started:.1f} s; held-out MAPE over {report['held_out_kernels']}"
-        f" kernels: learned {err['learned']:.1%}, calibrated analytic {err['analytic-calibrated']:.1%}"
+        f" {time.perf_counter() - started:.1f} s; held-out {_held_out(report)}"
     )
 
 

@@ -50,13 +50,12 @@ def check_size_option(value: str | None, option: str) -> str | None:
 
 def model_path(spec: str) -> Path | None:
     """The file a --cost-model value names, if it names one (an input, never to be overwritten)."""
-    from shardopt.costmodel.registry import NAMES
+    from shardopt.costmodel.registry import NAMES, model_file_part
 
     if spec in NAMES:
         return None
-    if "@" in spec and spec.split("@", 1)[0] in ("analytic", "learned"):
-        return Path(spec.split("@", 1)[1])
-    return Path(spec)
+    named = model_file_part(spec)
+    return Path(named[1] if named else spec)
 
 
 COST_MODEL_HELP = ("analytic (calibrated where the package has a profile) | analytic-v0 | learned"

@@ -23,6 +23,12 @@ from shardopt.core.workload import Workload
 NAMES = ("analytic", "analytic-v0", "learned")
 
 
+def model_file_part(spec: str) -> tuple[str, str] | None:
+    """(part, path) when ``spec`` is ``analytic@PATH`` or ``learned@PATH``; else None."""
+    part, at, path = spec.partition("@")
+    return (part, path) if at and part in ("analytic", "learned") else None
+
+
 def workload_hardware(workload: Workload) -> str:
     topo = workload.topology
     return topo.hardware or DEFAULT_HARDWARE[topo.compute_device]
@@ -44,8 +50,8 @@ def resolve_cost_model(
     if spec == "analytic-v0":
         return AnalyticCostModel(comm_profile=comm_profile), []
     part = "learned"
-    if "@" in spec and spec.split("@", 1)[0] in ("analytic", "learned"):
-        part, spec = spec.split("@", 1)
+    if named := model_file_part(spec):
+        part, spec = named
         path = Path(spec)
         if not path.is_file():
             raise ShardoptError(f"--cost-model {part}@{spec}: no model file there")
