@@ -100,15 +100,6 @@ def stats(trace: Path, base: Path | None, name: str | None, dim: int, world_size
     click.echo(f"wrote {output}: {len(data['tables'])} tables, batch {data['batch_size']}")
 
 
-def _check_hardware(hardware: str | None, device: str) -> None:
-    """--hardware names a profile of the --device's kind."""
-    from shardopt.core.hardware import hardware_profiles
-
-    if hardware is not None and (hardware not in hardware_profiles() or (device == "cuda") != (hardware != "cpu")):
-        known = sorted(h for h in hardware_profiles() if (h != "cpu") == (device == "cuda"))
-        raise ShardoptError(f"--hardware: for --device {device}, one of {', '.join(known)}; got {hardware!r}")
-
-
 @main.command("from-torchrec")
 @click.argument("factory")
 @click.option("--world-size", type=click.IntRange(1, 2**16), required=True)
@@ -134,7 +125,10 @@ def from_torchrec(factory: str, world_size: int, local_world_size: int | None, d
 
     check_output(output, suffixes=(".yaml", ".yml"))
     check_size_option(hbm_cap, "--hbm-cap")
-    _check_hardware(hardware, device)
+    if hardware is not None:
+        from shardopt.core.hardware import check_hardware_name
+
+        check_hardware_name(hardware, f"--hardware: for --device {device}", device)
     if local_world_size is not None and world_size % local_world_size:
         raise ShardoptError(f"--local-world-size: must divide --world-size {world_size}, got {local_world_size}")
     module_name, _, attr = factory.partition(":")

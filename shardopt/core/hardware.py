@@ -51,6 +51,14 @@ def hardware_profiles() -> dict[str, Hardware]:
     return {name: Hardware(name=name, **values) for name, values in yaml.safe_load(text).items()}
 
 
+def check_hardware_name(name: str, where: str, device: str | None = None) -> None:
+    """``name`` is a hardware profile (one for ``device``, when given); else one line naming ``where``."""
+    profiles = hardware_profiles()
+    fits = lambda h: device is None or (h != "cpu") == (device == "cuda")  # noqa: E731
+    if name not in profiles or not fits(name):
+        raise ShardoptError(f"{where}: one of {', '.join(sorted(filter(fits, profiles)))}, got {name!r}")
+
+
 @lru_cache(maxsize=256)
 def hardware_for(topology: "Topology", source: str = "<workload>") -> Hardware:
     """The profile a topology names (or its device's default), with its bandwidth overrides."""

@@ -219,8 +219,6 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model, hard
     if not isinstance(cost_model, str):
         raise ShardoptError(f"ShardoptPlanner cost_model: must be a name or a path, got {cost_model!r}")
     if hardware is not None:
-        from shardopt.core.hardware import hardware_profiles
+        from shardopt.core.hardware import check_hardware_name
 
-        known = sorted(hardware_profiles())
-        if hardware not in known:
-            raise ShardoptError(f"ShardoptPlanner hardware: one of {', '.join(known)}, got {hardware!r}")
+        check_hardware_name(hardware, "ShardoptPlanner hardware")
