@@ -70,15 +70,20 @@ CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful o
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--keep-profile", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the measured points in this dataset folder (rerunning resumes it).")
+@click.option("--base", default="packaged", show_default=True, metavar="packaged|none|FILE",
+              help="A trained model to carry over, rescaled to this machine, when it misses the held-out"
+                   " points less than a fresh fit (packaged: the one shipped for the device).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Model file to write (JSON); plan with --cost-model learned@FILE.")
 def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile: Path | None,
-              output: Path) -> None:
+              base: str, output: Path) -> None:
     """Measure this machine for a short budget and fit a cost model to it.
 
     A CPU model speaks for the CPU it was measured on (FBGEMM's CPU kernels differed 2-9x between
     machines sold under one name). A few points pin the model's terms; rank-shaped fused kernels
-    fill the rest of the budget; then the analytic model is calibrated and the learned one trained.
+    fill the rest of the budget; then the analytic model is calibrated and the learned one trained,
+    and a model trained on a full profile elsewhere is rescaled to this machine's speed: the file
+    holds whichever of the two misses the held-out points less.
     """
     import tempfile
     import warnings
@@ -90,9 +95,11 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     from shardopt.profile.sweep import run_sweep
 
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
-    check_output(output, inputs=[keep_profile], suffixes=(".json",))
+    check_output(output, inputs=[keep_profile] + ([Path(base)] if base not in ("packaged", "none") else []),
+                 suffixes=(".json",))
     if keep_profile is not None:
         check_output_folder(keep_profile, option="--keep-profile")
+    base_model = _base_model(base, device)
     if device == "cuda":
         import torch
 
@@ -109,7 +116,7 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
             if kernels < CALIBRATE_MIN_KERNELS:
                 raise ShardoptError(f"--budget {budget:g}: only {kernels} kernel points were measured in it,"
                                     f" {CALIBRATE_MIN_KERNELS} are needed; give it more seconds")
-            parts, report = train_model(folder, seed=seed)
+            parts, report = train_model(folder, seed=seed, base=base_model)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
             raise Interrupted(kept) from None
@@ -125,11 +132,31 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     )
 
 
+def _base_model(base: str, device: str):
+    """(name, parts) of calibrate's --base, read before anything is measured; None for none."""
+    from shardopt.costmodel.registry import embedded_model_path
+    from shardopt.costmodel.store import load_model
+
+    if base == "none":
+        return None
+    if base == "packaged":
+        path = embedded_model_path(device)  # the packaged models are named for their hardware
+        return ("packaged model", load_model(path)[0]) if path is not None else None
+    if not Path(base).is_file():
+        raise ShardoptError(f"--base {base}: no model file there (or: packaged, none)")
+    return (Path(base).name, load_model(base)[0])
+
+
 def _held_out(report: dict) -> str:
     """A trained model's held-out kernel error, as train and calibrate print it."""
     err = report["held_out_mape"]
+    kept = ""
+    if len(report.get("candidates", {})) > 1:
+        others = ", ".join(f"{label} {e['learned']:.1%}" for label, e in report["candidates"].items()
+                           if label != report["model"])
+        kept = f" (kept: {report['model']}; against {others})"
     return (f"MAPE over {report['held_out_kernels']} kernels: learned {err['learned']:.1%},"
-            f" calibrated analytic {err['analytic-calibrated']:.1%}")
+            f" calibrated analytic {err['analytic-calibrated']:.1%}{kept}")
 
 
 @main.command()

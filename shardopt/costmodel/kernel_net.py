@@ -72,6 +72,10 @@ class LearnedParts:
     feature_std: np.ndarray
     kernel_states: list[dict]  # one per ensemble member
     comm_state: dict
+    # log of the factors (forward, backward) a transferred model's constants were scaled by
+    # (:mod:`shardopt.costmodel.transfer`): the nets' head still sees the prior of the machine
+    # it was trained on, and the shift is added back to what it predicts.
+    prior_shift: tuple[float, float] = (0.0, 0.0)
 
 
 def analytic_prior(hw: Hardware, calibration: Calibration, kernels: Sequence[Sequence[KernelShard]]) -> np.ndarray:
@@ -115,11 +119,12 @@ class KernelPredictor:
 
         feats, segment = kernels_features(self.hw, kernels)
         feats = (feats - self.parts.feature_mean) / self.parts.feature_std
-        prior = analytic_prior(self.hw, self.parts.calibration, kernels)
+        shift = np.asarray(self.parts.prior_shift, dtype=np.float64)
+        prior = analytic_prior(self.hw, self.parts.calibration, kernels) - shift
         args = (torch.from_numpy(feats), torch.from_numpy(segment), len(kernels), torch.from_numpy(prior))
         with torch.no_grad():
             logs = [net(*args).numpy() for net in self.kernel_nets]
-        return np.exp(np.mean(logs, axis=0))
+        return np.exp(np.mean(logs, axis=0) + shift)
 
     def all_to_all_seconds(self, message_bytes: float, world: int, pattern: str) -> float:
         import torch

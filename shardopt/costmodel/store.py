@@ -20,6 +20,9 @@ from shardopt.core.files import write_atomic
 MODEL_FORMAT = "shardopt-cost-model"
 # 2: shards of a kernel share its caches (llc_bytes fitted, llc_bytes and update_hit_bytes terms).
 MODEL_VERSION = 2
+# A transferred model's speed factor per pass, in log: e^7 is over 1000x, more than any two
+# machines one model could speak for.
+MAX_PRIOR_SHIFT = 7.0
 
 
 def _calibration_to_dict(c: Calibration) -> dict:
@@ -53,6 +56,7 @@ def save_model(path: str | Path, parts: LearnedParts, report: dict) -> None:
         "features": {"mean": parts.feature_mean.tolist(), "std": parts.feature_std.tolist()},
         "kernel_nets": parts.kernel_states,
         "comm_net": parts.comm_state,
+        **({"prior_shift": list(parts.prior_shift)} if any(parts.prior_shift) else {}),
     }
     write_atomic(path, json.dumps(data, sort_keys=True) + "\n")
 
@@ -152,9 +156,17 @@ def _parts_from_dict(data: dict) -> LearnedParts:
         feature_std=np.array(std, dtype=np.float64),
         kernel_states=list(states),
         comm_state=data["comm_net"],
+        prior_shift=_prior_shift(data.get("prior_shift", [0.0, 0.0])),
     )
     _check_nets(parts)
     return parts
+
+
+def _prior_shift(value) -> tuple[float, float]:
+    shift = _numbers(value, "prior_shift", 2)
+    if not all(np.isfinite(shift)) or max(abs(v) for v in shift) > MAX_PRIOR_SHIFT:
+        raise _Bad(f"prior_shift: must be finite logs of at most {MAX_PRIOR_SHIFT:g} in size, got {value!r}")
+    return shift[0], shift[1]
 
 
 def _check_nets(parts: LearnedParts) -> None:

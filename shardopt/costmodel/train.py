@@ -15,6 +15,7 @@ from shardopt.costmodel.analytic import calibrated_hardware
 from shardopt.costmodel.calibrate import calibrate
 from shardopt.costmodel.kernel_net import EPOCHS, KernelPredictor, LearnedParts, train_parts
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
+from shardopt.costmodel.transfer import transferred
 from shardopt.core.errors import ShardoptError
 from shardopt.core.hardware import Hardware, hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
@@ -53,8 +54,11 @@ def _mape(pred: np.ndarray, samples: Sequence[KernelSample]) -> float:
 
 
 def train_model(
-    profile: str | Path, *, seed: int = 0, epochs: int = EPOCHS, hardware: str | None = None, progress=None
+    profile: str | Path, *, seed: int = 0, epochs: int = EPOCHS, hardware: str | None = None, progress=None,
+    base: tuple[str, LearnedParts] | None = None,
 ) -> tuple[LearnedParts, dict]:
+    """Calibrate and train on ``profile``; with ``base`` (a name and a trained model), also carry
+    that model over to this machine and keep whichever misses the held-out points less."""
     dataset = ProfileDataset(profile)
     manifest = dataset.manifest()
     name = hardware or hardware_of(manifest, str(profile))
@@ -71,17 +75,25 @@ def train_model(
     held = [samples[i] for i in order[cut:]]
     trained_on = {k: manifest.get(k) for k in TRAINED_ON_FIELDS}
     calibration = calibrate(hw, train, comm, trained_on)
-    parts = train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs, progress=progress)
-    learned = KernelPredictor(hw, parts).kernel_seconds([s.shards for s in held]).sum(axis=1)
+    candidates = {"fitted here": train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs,
+                                             progress=progress)}
+    if base is not None and base[1].calibration.hardware == name:
+        candidates[f"{base[0]}, rescaled"] = transferred(hw, base[1], train, calibration)
+    errors = {label: _held_out_mape(hw, parts, held) for label, parts in candidates.items()}
+    chosen = min(errors, key=lambda label: errors[label]["learned"])
     report = {
         "profile": str(profile),
         "seed": seed,
         "epochs": epochs,
         "train_kernels": len(train),
         "held_out_kernels": len(held),
-        "held_out_mape": {
-            "analytic-calibrated": _mape(calibrated_seconds(hw, parts, held), held),
-            "learned": _mape(learned, held),
-        },
+        "held_out_mape": errors[chosen],
+        **({"model": chosen, "candidates": errors} if len(candidates) > 1 else {}),
     }
-    return parts, report
+    return candidates[chosen], report
+
+
+def _held_out_mape(hw: Hardware, parts: LearnedParts, held: Sequence[KernelSample]) -> dict:
+    learned = KernelPredictor(hw, parts).kernel_seconds([s.shards for s in held]).sum(axis=1)
+    return {"analytic-calibrated": _mape(calibrated_seconds(hw, parts, held), held),
+            "learned": _mape(learned, held)}

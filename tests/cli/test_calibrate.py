@@ -133,3 +133,24 @@ def test_a_budget_too_short_for_the_fit_says_so(runner, tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "--budget 60: only 10 kernel points" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_says_which_model_it_kept_and_base_none_fits_only_here(runner, tmp_path, fake_sweep):
+    out = tmp_path / "model.json"
+    result = run_cli(runner, "calibrate", "--budget", "60", "-o", out)
+    assert result.exit_code == 0
+    report = json.loads(out.read_text())["report"]
+    assert report["model"] in report["candidates"] and f"kept: {report['model']}" in result.stdout
+    own = tmp_path / "own.json"
+    assert run_cli(runner, "calibrate", "--budget", "60", "--base", "none", "-o", own).exit_code == 0
+    assert "candidates" not in json.loads(own.read_text())["report"]
+
+
+@pytest.mark.parametrize("base, says", [("missing.json", "--base"), ("model.json", "--output")])
+def test_a_bad_base_is_one_line_before_measuring(runner, tmp_path, fake_sweep, base, says):
+    (tmp_path / "model.json").write_text("{}")
+    before = (tmp_path / "model.json").read_text()
+    result = run_cli(runner, "calibrate", "--budget", "60", "--base", tmp_path / base, "-o", tmp_path / "model.json")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert says in result.stderr
+    assert not fake_sweep and (tmp_path / "model.json").read_text() == before

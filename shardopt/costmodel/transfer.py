@@ -1,0 +1,49 @@
+"""A trained model carried to another machine: its nets and constants, rescaled per pass.
+
+Two minutes of points are too few to learn the shape of fused-kernel costs (a fresh fit on 160
+points missed 880 independent points of the same machine by 15.7% once the speed was taken out),
+but plenty to measure how much faster or slower this machine runs each pass. The packaged model
+learned the shape from a full profile; rescaled, it missed the same 880 points by 12.8%
+(`benchmarks/results/calibrate.md`). Where the shape does not carry (another kind of CPU),
+calibrate's held-out points say so and the fresh fit is kept instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
+from shardopt.costmodel.profile_data import KernelSample
+from shardopt.core.hardware import Hardware
+
+
+def pass_log_scale(hw: Hardware, base: LearnedParts, samples: Sequence[KernelSample]) -> np.ndarray:
+    """log(this machine / the base model) per pass (forward, backward): the median over points,
+    so a few points disturbed by a neighbour do not set the speed."""
+    predicted = KernelPredictor(hw, base).kernel_seconds([s.shards for s in samples])
+    measured = np.array([[s.fwd_s, s.bwd_s] for s in samples])
+    return np.median(np.log(measured / predicted), axis=0)
+
+
+def transferred(hw: Hardware, base: LearnedParts, samples: Sequence[KernelSample], here: Calibration) -> LearnedParts:
+    """``base`` rescaled to the machine ``samples`` were measured on.
+
+    The analytic constants are scaled by the same factors (so ``analytic@`` of the file speaks
+    for this machine too) and the nets' prior shifts with them; communication and provenance
+    come from this machine's own calibration ``here``.
+    """
+    scale = pass_log_scale(hw, base, samples)
+    fwd, bwd = np.exp(scale)
+    old = base.calibration
+    calibration = dataclasses.replace(
+        old,
+        fwd=tuple(float(c * fwd) for c in old.fwd), fwd_kernel_s=old.fwd_kernel_s * fwd,
+        bwd=tuple(float(c * bwd) for c in old.bwd), bwd_kernel_s=old.bwd_kernel_s * bwd,
+        comm=here.comm, comm_curves=here.comm_curves, trained_on=here.trained_on,
+    )
+    shift = tuple(float(s) for s in np.asarray(base.prior_shift) + scale)
+    return dataclasses.replace(base, calibration=calibration, prior_shift=shift)
