@@ -71,8 +71,8 @@ CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful o
 @click.option("--keep-profile", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the measured points in this dataset folder (rerunning resumes it).")
 @click.option("--base", default="packaged", show_default=True, metavar="packaged|none|FILE",
-              help="A trained model to carry over, rescaled to this machine, when it misses the held-out"
-                   " points less than a fresh fit (packaged: the one shipped for the device).")
+              help="A trained model to carry over, rescaled to this machine; kept unless a fresh fit is"
+                   " clearly better on the held-out points (packaged: the one shipped for the device).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Model file to write (JSON); plan with --cost-model learned@FILE.")
 def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile: Path | None,
@@ -83,7 +83,7 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     machines sold under one name). A few points pin the model's terms; rank-shaped fused kernels
     fill the rest of the budget; then the analytic model is calibrated and the learned one trained,
     and a model trained on a full profile elsewhere is rescaled to this machine's speed: the file
-    holds whichever of the two misses the held-out points less.
+    holds the rescaled one unless the fresh fit is clearly better on the held-out points.
     """
     import tempfile
     import warnings

@@ -5,7 +5,7 @@ points missed 880 independent points of the same machine by 15.7% once the speed
 but plenty to measure how much faster or slower this machine runs each pass. The packaged model
 learned the shape from a full profile; rescaled, it missed the same 880 points by 12.8%
 (`benchmarks/results/calibrate.md`). Where the shape does not carry (another kind of CPU),
-calibrate's held-out points say so and the fresh fit is kept instead.
+calibrate's held-out points say so clearly and the fresh fit is kept instead (``train._chosen``).
 """
 
 from __future__ import annotations
