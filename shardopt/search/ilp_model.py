@@ -6,7 +6,8 @@ interchangeable ranks, and the objective; hints in, a plan out."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from ortools.sat.python import cp_model
 
@@ -23,6 +24,17 @@ COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many 
 
 
 COLLECTIVES = ("ids", "pooled", "allreduce")  # the order of bound.collective_bytes
+MOVE_RESOLUTION = 2**50  # budgets up to this many bytes are counted exactly
+TIE_RESOLUTION = 1_000  # moved bytes, in these units of the most a plan can move, break ties
+
+
+@dataclass(frozen=True)
+class MoveLimit:
+    """A re-shard's limit (``search/replan.py``): the bytes piece ``p`` of a cut would move to
+    ``rank``, and how many may move in all. Ranks then differ by what they hold: no symmetry."""
+
+    piece_bytes: Callable[[str, Candidate, int, int], int]
+    max_bytes: int
 
 
 def _most_bytes(sent_by_cut: dict[tuple[str, int], list[tuple[float, float, float]]]) -> dict[str, float]:
@@ -44,7 +56,7 @@ class IlpModel:
 
     def __init__(
         self, workload: Workload, candidates: dict[str, list[Candidate]], costs, replica_ms: float = 0.0,
-        curves: CommCurves | None = None, objective: Objective = BOTTLENECK,
+        curves: CommCurves | None = None, objective: Objective = BOTTLENECK, moves: MoveLimit | None = None,
     ) -> None:
         topo = workload.topology
         self.workload = workload
@@ -74,13 +86,18 @@ class IlpModel:
         } if curves else {}
         self.most = _most_bytes(self.sent_by_cut) if curves else {}
         self.unit = {key: byte_unit(size) for key, size in self.most.items()}
+        self.moves = moves
+        self.moved: list[tuple[int, cp_model.IntVar]] = []  # (bytes, literal), with a MoveLimit
         for name, cands in candidates.items():
             self._add_table(name, cands, costs[name])
         self._add_replica_latency(replica_ms)
-        self._break_symmetry(workload, costs, self.pinned)
+        if moves is None:
+            self._break_symmetry(workload, costs, self.pinned)
+        else:
+            self.classes, self.order = [], self._table_order(costs)
         self._add_memory_caps()
         top = self._add_comm_curves()
-        self._add_objective(objective, top)
+        self._add_objective(objective, top, self._add_move_limit())
 
     def _charge(self, rank, cost, literal, pin=None, sent_bytes=None) -> None:
         """Charge ``rank`` the shard's phases, bytes and memory when ``literal`` holds."""
@@ -112,6 +129,7 @@ class IlpModel:
             if cand.placement == "fixed":
                 for rank, (cost, b) in enumerate(zip(pcosts, pbytes)):
                     self._charge(rank, cost, x, pin=(name, c), sent_bytes=b)
+                    self._move(name, cand, rank, rank, x)
                 continue
             self._add_placed_cut(name, c, cand, x, pcosts, pbytes)
         # Exactly one cut per table.
@@ -133,6 +151,7 @@ class IlpModel:
                 for h, hv in host_vars.items():
                     # piece p on the host's p-th rank
                     self._charge(h * local + p, cost, hv, pin=(name, c, h), sent_bytes=b)
+                    self._move(name, cand, p, h * local + p, hv)
                 continue
             for h in hosts:
                 ranks = range(world) if h is None else range(h * local, (h + 1) * local)
@@ -142,6 +161,7 @@ class IlpModel:
                     self.place.setdefault((name, c, p), {})[rank] = y
                     ys.append(y)
                     self._charge(rank, cost, y, sent_bytes=b)
+                    self._move(name, cand, p, rank, y)
                 # Each piece of a chosen cut sits on exactly one rank (of its host).
                 cp.add(sum(ys) == (x if h is None else host_vars[h]))
         if len(cand.pieces) > 1:
@@ -151,6 +171,24 @@ class IlpModel:
                         if rank in self.place.get((name, c, p), {})]
                 if len(lits) > 1:
                     cp.add_at_most_one(lits)
+
+    def _move(self, name: str, cand: Candidate, piece: int, rank: int, literal) -> None:
+        if self.moves is not None:
+            size = self.moves.piece_bytes(name, cand, piece, rank)
+            if size > 0:
+                self.moved.append((size, literal))
+
+    def _add_move_limit(self):
+        """The budget on bytes moved, and a tie-break term: of two plans with the same step, the
+        one that moves less (None without a MoveLimit)."""
+        if self.moves is None or not self.moved:
+            return None
+        # Exact bytes: a budget of exactly the forced bytes must stay feasible. Only budgets past
+        # what int64 sums hold safely are counted in coarser units (rounded up per piece).
+        unit = max(1, math.ceil(self.moves.max_bytes / MOVE_RESOLUTION))
+        self.cp.add(sum(-(-b // unit) * lit for b, lit in self.moved) <= self.moves.max_bytes // unit)
+        most = max(1, sum(b for b, _ in self.moved))
+        return sum(max(1, round(TIE_RESOLUTION * b / most)) * lit for b, lit in self.moved)
 
     def _add_replica_latency(self, replica_ms: float) -> None:
         """One gradient all-reduce (its latency) on every rank once any table is replicated."""
@@ -200,8 +238,11 @@ class IlpModel:
                         self.load[rank][phase].append((weight, cost))
         return top
 
-    def _add_objective(self, objective: Objective, top: int) -> None:
+    def _add_objective(self, objective: Objective, top: int, tie=None) -> None:
         cp, world = self.cp, self.workload.topology.world_size
+        # A tie-break term stays below one unit of the step: it never buys a longer step.
+        weight, tie = (1, 0) if tie is None else (TIE_RESOLUTION + 2 * len(self.moved) + 1, tie)
+        self.step_weight = weight  # the objective's units per unit of step
         if objective == BOTTLENECK:
             # The bottleneck bounds every rank's load; minimising it balances the ranks.
             peak = cp.new_int_var(0, top, "bottleneck")
@@ -209,7 +250,7 @@ class IlpModel:
                 terms = [t for phase in self.load[rank] for t in phase]
                 if terms:
                     cp.add(sum(w * lit for w, lit in terms) <= peak)
-            cp.minimize(peak)
+            cp.minimize(weight * peak + tie)
             return
         # Each phase's slowest rank bounds every rank's time in it; their sum is the step.
         peaks = []
@@ -219,7 +260,7 @@ class IlpModel:
             for rank in range(world):
                 if self.load[rank][i]:
                     cp.add(sum(w * lit for w, lit in self.load[rank][i]) <= peak)
-        cp.minimize(sum(peaks))
+        cp.minimize(weight * sum(peaks) + tie)
 
     def _break_symmetry(self, workload: Workload, costs, pinned) -> None:
         """Among interchangeable ranks, the k-th table's first piece uses only the first k+1."""

@@ -199,13 +199,15 @@ def _reference_step(reference, step: int, world: int) -> None:
             param -= LR * scale * grad
 
 
-def run_check(world: int) -> list[CheckResult]:
+def spawn_ranks(target, world: int, extra: tuple = ()) -> list:
+    """Run ``target(rank, world, port, *extra, queue)`` in ``world`` spawned processes (gloo on
+    one port) and return what each put on the queue; a rank's error (a string) stops them all."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, queue)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, *extra, queue)) for r in range(world)]
     for p in procs:
         p.start()
     results = []
@@ -220,7 +222,11 @@ def run_check(world: int) -> list[CheckResult]:
         p.join(timeout=60)
         if p.exitcode not in (0, None):
             raise RuntimeError(f"rank process exited with {p.exitcode}")
-    return sorted(results, key=lambda r: r.rank)
+    return results
+
+
+def run_check(world: int) -> list[CheckResult]:
+    return sorted(spawn_ranks(_worker, world), key=lambda r: r.rank)
 
 
 def main(argv=None) -> int:

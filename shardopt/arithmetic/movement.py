@@ -1,0 +1,228 @@
+"""Bytes a re-shard moves, from an old plan to a new one, and the migration that does it.
+
+A piece of a table costs nothing to keep where it is: the bytes of its rectangle that its new
+rank already held (under the relabelling of old ranks to new ones) stay, the rest of what
+existed before arrives from the rank that held it, and rows or tables that did not exist are
+initialised, not moved. Bytes are weights plus optimizer state, as FBGEMM keeps them
+(:mod:`shardopt.core.layout`). A new world may number its ranks freely, so the old rank that
+becomes new rank ``r`` is chosen to keep the most bytes (an assignment problem).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from shardopt.core.layout import shard_bytes
+from shardopt.core.plan import Plan, TablePlan
+from shardopt.core.workload import Table, Workload
+
+Rect = tuple[int, int, int, int]  # row offset, col offset, rows, cols
+
+
+@dataclass(frozen=True)
+class OldLayout:
+    """The old plan as the re-shard sees it: each table's rectangles by old rank, and its extent
+    (the rows and columns that exist and so can be moved rather than initialised)."""
+
+    world: int
+    pieces: Mapping[str, Mapping[int, tuple[Rect, ...]]]
+    extent: Mapping[str, tuple[int, int]]
+
+    @classmethod
+    def of(cls, plan: Plan) -> "OldLayout":
+        pieces: dict[str, dict[int, list[Rect]]] = {}
+        extent = {}
+        for tp in plan.tables:
+            if tp.replicated_rows:  # hot rows on every rank: the whole table, remapped
+                by_rank = {s.rank: [(0, 0, s.offsets[0] + s.sizes[0], s.sizes[1])] for s in tp.shards}
+            else:
+                by_rank = {}
+                for s in tp.shards:
+                    by_rank.setdefault(s.rank, []).append((*s.offsets, *s.sizes))
+            pieces[tp.name] = by_rank
+            extent[tp.name] = (max(s.offsets[0] + s.sizes[0] for s in tp.shards),
+                               max(s.offsets[1] + s.sizes[1] for s in tp.shards))
+        return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent)
+
+    def carried(self, table: Table) -> tuple[int, int] | None:
+        """The part of ``table`` that existed before: its old rows (a table that grew keeps them);
+        None for a new table or one whose width changed (its rows cannot be reused)."""
+        old = self.extent.get(table.name)
+        if old is None or old[1] != table.embedding_dim:
+            return None
+        return min(old[0], table.num_embeddings), old[1]
+
+
+def overlap(a: Rect, b: Rect) -> Rect | None:
+    r0, c0 = max(a[0], b[0]), max(a[1], b[1])
+    r1, c1 = min(a[0] + a[2], b[0] + b[2]), min(a[1] + a[3], b[1] + b[3])
+    return (r0, c0, r1 - r0, c1 - c0) if r1 > r0 and c1 > c0 else None
+
+
+def rect_bytes(workload: Workload, table: Table, rect: Rect | None) -> int:
+    return shard_bytes(workload.optimizer, table, rect[2], rect[3]) if rect else 0
+
+
+def rects_of(tp: TablePlan) -> Iterable[tuple[int, Rect]]:
+    for s in tp.shards:
+        if tp.replicated_rows:
+            yield s.rank, (0, 0, s.offsets[0] + s.sizes[0], s.sizes[1])
+        else:
+            yield s.rank, (*s.offsets, *s.sizes)
+
+
+def existing(layout: OldLayout, table: Table, rect: Rect) -> Rect | None:
+    """The part of ``rect`` that existed in the old plan."""
+    carried = layout.carried(table)
+    return overlap(rect, (0, 0, *carried)) if carried else None
+
+
+def kept_bytes(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> int:
+    """Bytes of ``rect`` that ``old_rank`` already held (the overlaps of its old rectangles)."""
+    if old_rank is None or layout.carried(table) is None:
+        return 0
+    held = layout.pieces.get(table.name, {}).get(old_rank, ())
+    return sum(rect_bytes(workload, table, overlap(rect, h)) for h in held)
+
+
+def subtract(a: Rect, b: Rect) -> list[Rect]:
+    """``a`` without ``b``: at most four rectangles (above, below, left, right of the overlap)."""
+    o = overlap(a, b)
+    if o is None:
+        return [a]
+    out = []
+    if o[0] > a[0]:
+        out.append((a[0], a[1], o[0] - a[0], a[3]))
+    if o[0] + o[2] < a[0] + a[2]:
+        out.append((o[0] + o[2], a[1], a[0] + a[2] - o[0] - o[2], a[3]))
+    if o[1] > a[1]:
+        out.append((o[0], a[1], o[2], o[1] - a[1]))
+    if o[1] + o[3] < a[1] + a[3]:
+        out.append((o[0], o[1] + o[3], o[2], a[1] + a[3] - o[1] - o[3]))
+    return out
+
+
+def minus(rects: Iterable[Rect], taken: Sequence[Rect]) -> list[Rect]:
+    out = list(rects)
+    for t in taken:
+        out = [piece for r in out for piece in subtract(r, t)]
+    return out
+
+
+def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> list[tuple[int, Rect]]:
+    """(old rank, rectangle) of every part of ``rect`` that must arrive on the new rank that was
+    ``old_rank``: what existed, less what that rank held, each part from the lowest rank holding
+    it (replicas are sent once)."""
+    part = existing(layout, table, rect)
+    if part is None:
+        return []
+    held = layout.pieces.get(table.name, {})
+    covered = [o for h in held.get(old_rank, ()) if (o := overlap(part, h))] if old_rank is not None else []
+    out = []
+    for src in sorted(held):
+        if src == old_rank:
+            continue
+        for h in held[src]:
+            o = overlap(part, h)
+            for piece in minus([o] if o else [], covered):
+                out.append((src, piece))
+                covered.append(piece)
+    return out
+
+
+def piece_move_bytes(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> int:
+    """Bytes that must arrive for ``rect`` to live on the new rank that was ``old_rank``: the
+    parts the migration manifest sends, each priced as a shard of its own (its rows carry their
+    optimizer state)."""
+    return sum(rect_bytes(workload, table, piece) for _, piece in arrivals(layout, table, rect, old_rank))
+
+
+def retained_matrix(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan]) -> np.ndarray:
+    """[old rank, new rank]: bytes new rank would keep if it were that old rank."""
+    kept = np.zeros((layout.world, workload.topology.world_size))
+    for tp in tables:
+        table = workload.table(tp.name)
+        for rank, rect in rects_of(tp):
+            for old_rank in layout.pieces.get(tp.name, {}):
+                kept[old_rank, rank] += kept_bytes(workload, layout, table, rect, old_rank)
+    return kept
+
+
+def relabelling(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan],
+                keep: Sequence[int] | None = None) -> dict[int, int]:
+    """new rank -> old rank, keeping the most bytes where they are (ranks without one are new).
+
+    ``keep``: the old ranks that must survive (a shrink that drops the ranks holding least).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    kept = retained_matrix(workload, layout, tables)
+    rows = np.array(sorted(keep)) if keep is not None else np.arange(layout.world)
+    old, new = linear_sum_assignment(kept[rows], maximize=True)
+    return {int(n): int(rows[o]) for o, n in zip(old, new)}
+
+
+def survivors(workload: Workload, layout: OldLayout) -> list[int]:
+    """The old ranks that stay when the world shrinks: those holding the most bytes."""
+    held = np.zeros(layout.world)
+    for name, by_rank in layout.pieces.items():
+        if name not in workload.tables_by_name:
+            continue
+        table = workload.table(name)
+        for rank, rects in by_rank.items():
+            held[rank] += sum(rect_bytes(workload, table, existing(layout, table, r)) for r in rects)
+    order = sorted(range(layout.world), key=lambda r: (-held[r], r))
+    return sorted(order[: workload.topology.world_size])
+
+
+def forced_bytes(workload: Workload, layout: OldLayout, kept_ranks: Sequence[int]) -> int:
+    """Bytes no plan can leave in place: what only dropped old ranks held (replicas elsewhere
+    do not count)."""
+    alive = set(kept_ranks)
+    total = 0
+    for name, by_rank in layout.pieces.items():
+        if name not in workload.tables_by_name:
+            continue
+        table = workload.table(name)
+        survivors_hold = [r for rank in alive for r in by_rank.get(rank, ())]
+        for rank, rects in by_rank.items():
+            if rank in alive:
+                continue
+            for rect in rects:
+                part = existing(layout, table, rect)
+                if part and not any(overlap(part, s) == part for s in survivors_hold):
+                    total += rect_bytes(workload, table, part)
+    return total
+
+
+def moved_bytes(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan], old_of: Mapping[int, int]) -> int:
+    """Bytes the new plan ``tables`` moves, new rank ``r`` being old rank ``old_of[r]``."""
+    total = 0
+    for tp in tables:
+        table = workload.table(tp.name)
+        for rank, rect in rects_of(tp):
+            total += piece_move_bytes(workload, layout, table, rect, old_of.get(rank))
+    return total
+
+
+def layout_problems(plan: Plan) -> list[str]:
+    """What makes ``plan`` unusable as the old side of a re-shard, read without its workload: a
+    rank outside its world, or pieces of a table that overlap or leave holes in its extent."""
+    problems = []
+    for i, tp in enumerate(plan.tables):
+        where = f"tables[{i}] ({tp.name})"
+        ranks = [s.rank for s in tp.shards]
+        if max(ranks) >= plan.world_size:
+            problems.append(f"{where}: rank {max(ranks)} is outside its world of {plan.world_size}")
+        if tp.sharding_type == "data_parallel" or tp.replicated_rows:
+            continue
+        rects = [(*s.offsets, *s.sizes) for s in tp.shards]
+        rows = max(r[0] + r[2] for r in rects)
+        cols = max(r[1] + r[3] for r in rects)
+        if any(overlap(a, b) for j, a in enumerate(rects) for b in rects[j + 1:]) or \
+                sum(r[2] * r[3] for r in rects) != rows * cols:
+            problems.append(f"{where}: its shards overlap or leave holes in its {rows} x {cols} rows and columns")
+    return problems

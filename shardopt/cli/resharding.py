@@ -1,0 +1,119 @@
+"""Commands for a cluster or model that changed: replan, check-moves."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from shardopt.cli.app import main
+from shardopt.cli.options import check_size_option, model_path, plan_config_options
+from shardopt.contracts import PlanConfig
+from shardopt.core.errors import ShardoptError
+
+
+@main.command()
+@click.argument("old_plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--old-workload", type=click.Path(dir_okay=False, path_type=Path),
+              help="The workload OLD_PLAN was made for; the plan is checked against it first.")
+@click.option("--max-move", help="Most bytes the re-shard may move (weights and optimizer state), e.g. 20GB."
+                                 " Default: as few as a fresh plan's step allows.")
+@click.option("--frontier", is_flag=True, help="Print the step against bytes moved over budgets.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Plot the frontier (PNG/SVG/PDF).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="New plan to write (JSON); required unless --frontier.")
+@click.option("--moves", type=click.Path(dir_okay=False, path_type=Path),
+              help="Migration manifest to write (JSON): each piece's old rank, new rank and bytes.")
+@plan_config_options()
+def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: str | None, frontier: bool,
+           plot: Path | None, output: Path | None, moves: Path | None, config: PlanConfig) -> None:
+    """Plan WORKLOAD again from OLD_PLAN, moving few bytes: the world may grow or shrink, tables
+    may come, go or grow. Exit 2 for unusable input or a budget below what the change forces."""
+    from shardopt.arithmetic.checks import check_plan
+    from shardopt.arithmetic.migration import migration
+    from shardopt.arithmetic.movement import OldLayout, layout_problems
+    from shardopt.core.files import check_output, write_atomic
+    from shardopt.core.plan import read_plan, write_plan
+    from shardopt.core.units import parse_size
+    from shardopt.core.workload import read_workload
+    from shardopt.planner import resolve_model
+    from shardopt.planner.replan import move_frontier, replan_with
+    from shardopt.planner.replan_report import frontier_png, frontier_table, replan_line
+
+    if plot is not None and not frontier:
+        raise ShardoptError("--plot: draws the frontier; add --frontier")
+    if moves is not None and output is None:
+        raise ShardoptError("--moves: the manifest goes with a new plan; add --output")
+    if output is None and not frontier:
+        raise ShardoptError("--output: name the new plan file (or ask for --frontier)")
+    budget = None
+    if max_move is not None:  # 0 is a budget too: move nothing that need not move
+        budget = 0 if max_move.strip().upper() in ("0", "0B") else parse_size(check_size_option(max_move, "--max-move"))
+    inputs = [old_plan, workload, old_workload, model_path(config.cost_model)]
+    written = []
+    for path, option, suffixes in ((output, "--output", (".json",)), (moves, "--moves", (".json",)),
+                                   (plot, "--plot", (".png", ".svg", ".pdf"))):
+        if path is not None:
+            check_output(path, option=option, inputs=inputs + written, suffixes=suffixes)
+            written.append(path)
+    old = read_plan(old_plan)
+    if old_workload is not None:
+        old_wl, old_sha = read_workload(old_workload)
+        report = check_plan(old_wl, old, old_sha)
+        if not report.valid:
+            raise ShardoptError(f"{old_plan}: not a valid plan for {old_workload}: {report.violations[0]}"
+                                f"{f' (and {len(report.violations) - 1} more)' if len(report.violations) > 1 else ''}")
+    problems = layout_problems(old)
+    if problems:
+        raise ShardoptError(f"{old_plan}: {problems[0]}")
+    wl, sha = read_workload(workload)
+    model, warnings = resolve_model(config, wl)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if frontier:
+        points = move_frontier(old, wl, config, cost_model=model, sha256=sha, source=str(workload),
+                               progress=lambda b: click.echo(f"budget {b} bytes: planned", err=True))
+        click.echo(frontier_table(points))
+        if plot is not None:
+            frontier_png(points, f"{wl.name}: {old.world_size} -> {wl.topology.world_size} ranks", plot)
+            click.echo(f"wrote {plot}")
+    if output is None:
+        return
+    result = replan_with(old, wl, config, max_move=budget, cost_model=model, sha256=sha, source=str(workload))
+    manifest = migration(wl, OldLayout.of(old), result.plan.tables, result.old_of) if moves is not None else None
+    write_plan(result.plan, output)
+    if manifest is not None:
+        write_atomic(moves, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    click.echo(replan_line(result))
+    click.echo(f"wrote {output}" + (f" and {moves}" if moves is not None else ""))
+
+
+@main.command("check-moves")
+@click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("old_plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("new_plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("moves", type=click.Path(dir_okay=False, path_type=Path))
+def check_moves(workload: Path, old_plan: Path, new_plan: Path, moves: Path) -> None:
+    """Check that MOVES turns OLD_PLAN into NEW_PLAN (of WORKLOAD) exactly: exit 0 yes, 1 no."""
+    from shardopt.arithmetic.checks import read_checked
+    from shardopt.arithmetic.migration import MOVES_FORMAT, check_moves as check
+    from shardopt.core.loaders import load_json
+    from shardopt.core.plan import read_plan
+
+    wl, _, new = read_checked(workload, new_plan)
+    old = read_plan(old_plan)
+    manifest = load_json(moves, "moves file")
+    if not isinstance(manifest, dict) or manifest.get("format") != MOVES_FORMAT:
+        raise ShardoptError(f"{moves}: format: not a shardopt moves file")
+    problems = check(wl, old, new, manifest)
+    if not problems:
+        click.echo(f"{moves}: turns {old_plan} into {new_plan} exactly"
+                   f" ({len(manifest['moves'])} moves, {manifest.get('moved_bytes', 0)} bytes)")
+        return
+    for problem in problems:
+        click.echo(f"{moves}: {problem}")
+    click.echo(f"{moves}: {len(problems)} problem(s)", err=True)
+    sys.exit(1)

@@ -1,0 +1,141 @@
+"""Re-planning a changed workload from an old plan, trading the step against bytes moved.
+
+A fresh plan is made first and the old ranks are matched to its ranks to keep the most bytes (a
+new world numbers its ranks freely). Without a budget the replan keeps the fresh plan's step and
+moves as little as that allows; with one (``--max-move``) CP-SAT finds the best step within it.
+What only dropped ranks held must move whatever the plan: a budget below that is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from shardopt.arithmetic.movement import OldLayout, forced_bytes, moved_bytes, relabelling, survivors
+from shardopt.contracts import OBJECTIVES, Breakdown, PlanConfig
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Plan, TablePlan
+from shardopt.core.units import format_bytes
+from shardopt.core.workload import Workload
+from shardopt.costmodel.base import CostModel
+from shardopt.planner.factory import plan_with, resolve_model
+from shardopt.planner.pipeline import plan_workload
+from shardopt.search.replan import BudgetedSearch
+
+# Budgets of a frontier, as shares of what the fresh plan moves (beside the forced minimum).
+FRONTIER_SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """A replan and what it costs: bytes moved against the fresh plan's, and the steps."""
+
+    plan: Plan
+    moved_bytes: int
+    budget_bytes: int
+    forced_bytes: int
+    old_of: dict[int, int]  # new rank -> the old rank it was (ranks missing: new ones)
+    fresh: Plan
+    fresh_moved_bytes: int
+    objective: str
+
+    def step_ms(self, plan: Optional[Plan] = None) -> float:
+        per_rank = (plan or self.plan).predicted.per_rank
+        return Breakdown.of(per_rank).score(OBJECTIVES[self.objective])
+
+
+@dataclass(frozen=True)
+class _Start:
+    layout: OldLayout
+    fresh: Plan
+    old_of: dict[int, int]
+    forced: int
+    fresh_moved: int
+
+
+def _start(old: Plan, workload: Workload, config: PlanConfig, model: CostModel, sha256, source) -> _Start:
+    layout = OldLayout.of(old)
+    fresh = plan_with(workload, config, cost_model=model, sha256=sha256, source=source)
+    keep = survivors(workload, layout) if workload.topology.world_size < old.world_size else None
+    old_of = relabelling(workload, layout, fresh.tables, keep)
+    return _Start(layout, fresh, old_of, forced_bytes(workload, layout, list(old_of.values())),
+                  moved_bytes(workload, layout, fresh.tables, old_of))
+
+
+def _staying(old: Plan, workload: Workload, layout: OldLayout,
+             old_of: dict[int, int]) -> tuple[tuple[TablePlan, ...], dict[str, frozenset[int]]]:
+    """The old plan's tables that keep their cut, renumbered, and per table the pieces whose old
+    rank is gone (placed anew; only cuts whose pieces may go anywhere keep such pieces)."""
+    from shardopt.search.repair import movable
+
+    new_of = {o: n for n, o in old_of.items()}
+    tables, homeless = [], {}
+    for tp in old.tables:
+        table = workload.tables_by_name.get(tp.name)
+        if (table is None or tp.sharding_type == "data_parallel" or tp.replicated_rows
+                or layout.extent[tp.name] != (table.num_embeddings, table.embedding_dim)
+                or len(tp.shards) > workload.topology.world_size):
+            continue
+        gone = frozenset(i for i, s in enumerate(tp.shards) if s.rank not in new_of)
+        if gone and movable(workload, tp) != "any":
+            continue
+        tables.append(replace(tp, shards=tuple(replace(s, rank=new_of.get(s.rank, 0)) for s in tp.shards)))
+        if gone:
+            homeless[tp.name] = gone
+    return tuple(tables), homeless
+
+
+def replan_with(
+    old: Plan, workload: Workload, config: PlanConfig = PlanConfig(), *, max_move: Optional[int] = None,
+    cost_model: Optional[CostModel] = None, sha256: Optional[str] = None, source: str = "<workload>",
+    start: Optional[_Start] = None, hints: Sequence[Sequence[TablePlan]] = (),
+) -> Replanned:
+    """The best step within ``max_move`` bytes moved (None: the fresh plan's step, moving least)."""
+    model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
+    s = start or _start(old, workload, config, model, sha256, source)
+    budget = s.fresh_moved if max_move is None else max_move
+    if budget < s.forced:
+        raise ShardoptError(
+            f"--max-move {format_bytes(budget)}: the change forces {format_bytes(s.forced)} to move"
+            f" (what only the {old.world_size - len(s.old_of)} dropped ranks hold); raise it to at least that",
+            kind=ErrorKind.INPUT)
+    staying, homeless = _staying(old, workload, s.layout, s.old_of)
+    search = BudgetedSearch(s.layout, {tp.name: tp for tp in old.tables}, s.old_of, budget, staying, homeless,
+                            s.fresh.tables, [*hints, s.fresh.tables], config.time_limit_s, config.candidates,
+                            OBJECTIVES[config.objective])
+    try:
+        plan = plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source)
+    except ShardoptError as exc:
+        if exc.kind != ErrorKind.INFEASIBLE:
+            raise
+        raise ShardoptError(f"{exc}; within --max-move {format_bytes(budget)}: raise the budget or the caps",
+                            kind=ErrorKind.INFEASIBLE) from None
+    moved = moved_bytes(workload, s.layout, plan.tables, s.old_of)
+    out = Replanned(plan, moved, budget, s.forced, s.old_of, s.fresh, s.fresh_moved, config.objective)
+    if s.fresh_moved <= budget and out.step_ms(s.fresh) < out.step_ms():
+        # CP-SAT sees summed shard costs; the whole model may rate the fresh plan better.
+        out = replace(out, plan=s.fresh, moved_bytes=s.fresh_moved)
+    return out
+
+
+def move_frontier(
+    old: Plan, workload: Workload, config: PlanConfig = PlanConfig(), *, shares: Sequence[float] = FRONTIER_SHARES,
+    cost_model: Optional[CostModel] = None, sha256: Optional[str] = None, source: str = "<workload>",
+    progress=None,
+) -> list[Replanned]:
+    """Replans over budgets from the forced minimum to what the fresh plan moves; each starts from
+    the plan of the budget below (which fits its budget too), so more bytes never buy a longer step."""
+    model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
+    s = _start(old, workload, config, model, sha256, source)
+    budgets = sorted({max(s.forced, int(share * s.fresh_moved)) for share in shares})
+    out = []
+    for budget in budgets:
+        try:
+            out.append(replan_with(old, workload, config, max_move=budget, cost_model=model, sha256=sha256,
+                                   source=source, start=s, hints=[out[-1].plan.tables] if out else ()))
+        except ShardoptError as exc:
+            if exc.kind != ErrorKind.INFEASIBLE:
+                raise
+        if progress:
+            progress(budget)
+    return out

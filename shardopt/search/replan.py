@@ -1,0 +1,275 @@
+"""CP-SAT under a budget on bytes moved: the search behind ``shardopt replan``.
+
+The same model as :class:`~shardopt.search.ilp.IlpSearch` (cuts, placements, memory, phases),
+with every placement literal charged the bytes it would move (``arithmetic/movement.py``) and
+their sum capped; of two plans with the same step the one moving less wins. Each table is offered
+its old cut and the fresh plan's cut, so keeping a table as it was is always a choice (and costs
+nothing where its ranks survive). CP-SAT starts from two plans, each spent down to the budget by
+``budget_descent``: the old plan (what cannot stay placed where there is room) and the fresh plan
+with the tables that save the most bytes per step lost put back. The plan kept is the best of
+CP-SAT's and the starts under the whole cost model. No repair pass: it moves shards without
+counting bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from shardopt.arithmetic.memory import shard_memory
+from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes
+from shardopt.contracts import (
+    CRITICAL_PATH, DEFAULT_CANDIDATES, DEFAULT_TIME_LIMIT_S, Breakdown, Objective, SearchResult, ShardSpec,
+    rank_phases,
+)
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Shard, TablePlan
+from shardopt.core.workload import Workload
+from shardopt.costmodel.base import CostModel
+from shardopt.search.bound import balance_lower_bound
+from shardopt.search.candidates import TORCHREC_TYPES, Candidate, Piece, piece_costs, workload_candidates
+from shardopt.search.ilp import IlpSearch
+from shardopt.search.ilp_model import IlpModel, MoveLimit
+from shardopt.search.descent import budget_descent
+from shardopt.search.repair import movable
+
+# Moves (piece, rank) a start's descent may try per second of time limit: counted, not timed, so
+# the same input gives the same plan; about 0.3 s of a 2-core VM at 300 tables x 32 ranks.
+DESCENT_TRIALS_PER_S = 150_000
+SOLVER_SHARE = 0.8  # of the time limit, for CP-SAT (its starts and the final scoring take the rest)
+
+HOST_BOUND = ("table_row_wise", "table_column_wise")
+
+
+@dataclass
+class BudgetedSearch:
+    """Plans ``workload`` moving at most ``max_bytes`` from ``old`` (new rank r was old rank
+    ``old_of[r]``). CP-SAT starts from the first of ``hints`` that fits the budget, else from the
+    tables that can stay (``staying``) with the rest cut as in ``fresh`` and placed where there is
+    room, then moved piece by piece where that lowers the step most per byte (``budget_descent``)."""
+
+    old: OldLayout
+    old_tables: Mapping[str, TablePlan]
+    old_of: Mapping[int, int]
+    max_bytes: int
+    staying: Sequence[TablePlan] = ()
+    homeless: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    fresh: Sequence[TablePlan] = ()
+    hints: Sequence[Sequence[TablePlan]] = ()
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    candidates: str = DEFAULT_CANDIDATES
+    objective: Objective = CRITICAL_PATH
+    # Offer CP-SAT only each table's old cut and its fresh cut: with every cut, large-neighbourhood
+    # search under the global byte budget left ranks empty that a move would have filled.
+    narrow: bool = True
+    name = "replan"
+
+    def _narrowed(self, candidates, costs):
+        """Per table, the candidates that cut it as the old plan or the fresh plan does."""
+        wanted: dict[str, set] = {}
+        for plan in (self.old_tables.values(), self.fresh):
+            for tp in plan:
+                wanted.setdefault(tp.name, set()).add(_cut_key(tp.sharding_type, [(*s.offsets, *s.sizes) for s in tp.shards],
+                                                              tp.compute_kernel, tp.cache_load_factor, tp.replicated_rows))
+        narrow, narrow_costs = {}, {}
+        for name, cands in candidates.items():
+            keep = [i for i, c in enumerate(cands) if _cut_key(c.sharding_type, c.pieces, c.compute_kernel,
+                                                               c.cache_load_factor, c.replicated_rows) in wanted.get(name, ())]
+            keep = keep or list(range(len(cands)))  # neither cut is offered here: all of them
+            narrow[name] = [cands[i] for i in keep]
+            narrow_costs[name] = [costs[name][i] for i in keep]
+        return narrow, narrow_costs
+
+    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+        candidates, costs = workload_candidates(workload, cost_model, self.candidates)  # type: ignore[arg-type]
+        for table in workload.tables:
+            kept = self._old_cut(workload, table.name, candidates[table.name])
+            if kept is not None:
+                candidates[table.name].append(kept)
+                costs[table.name].append(piece_costs(workload, cost_model, kept))
+        bound = balance_lower_bound(workload, cost_model, candidates, costs)
+        if self.narrow:
+            candidates, costs = self._narrowed(candidates, costs)
+        memo: dict = {}
+
+        def rect_bytes(name: str, rect: tuple, rank: int) -> int:
+            """Bytes arriving for ``rect`` of table ``name`` on new ``rank`` (-1: a rank that held none)."""
+            key = (name, rect, rank)
+            if key not in memo:
+                memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, self.old_of.get(rank))
+            return memo[key]
+
+        def piece_bytes(name: str, cand: Candidate, p: int, rank: int) -> int:
+            piece = cand.pieces[p]
+            return rect_bytes(name, (0, 0, piece.row_offset + piece.rows, piece.cols) if cand.replicated_rows
+                              else tuple(piece), rank)
+
+        replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
+                         - cost_model.rank_overhead_ms(workload, {"table_wise"}))
+        model = IlpModel(workload, candidates, costs, replica_ms, cost_model.comm_curves(workload), self.objective,
+                         moves=MoveLimit(piece_bytes, self.max_bytes))
+        starts = [tuple(h) for h in self.hints if self._moved(workload, h) <= self.max_bytes]
+        # Pieces leaving for a rank that held nothing of them: rank -1 is no old rank.
+        starts += self._starts(workload, cost_model,
+                               lambda name, shard, rank: rect_bytes(name, (*shard.offsets, *shard.sizes), rank))
+        for hint in starts:
+            model.hint(hint)
+            if model.complete_hint():
+                break
+            model.cp.clear_hints()
+        ilp = IlpSearch(time_limit_s=self.time_limit_s * SOLVER_SHARE, candidates=self.candidates,
+                        objective=self.objective)
+        solver, status, proved, _ = ilp._run(model)
+        solved = [model.solution(solver)] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else []
+        found = solved + starts
+        if not found:
+            verdict = "no plan moves so little" if status == cp_model.INFEASIBLE else "none found in the time limit"
+            raise ShardoptError(f"{verdict} (CP-SAT: {solver.status_name(status)})", kind=ErrorKind.INFEASIBLE)
+        # CP-SAT sees summed shard costs; the whole model may rate one of its starts better.
+        best = min(found, key=lambda tables: Breakdown.of(cost_model.breakdown(workload, tables)).score(self.objective))
+        status_name = solver.status_name(status) + ("" if solved and best is solved[0] else " (a start kept)")
+        # CP-SAT's bound holds for summed shard costs over the cuts offered, within the budget.
+        solver_bound = proved / model.step_weight / model.scale if solved else None
+        return SearchResult(best, bound, "replan", status_name, solver_bound_ms=solver_bound)
+
+    def _moved(self, workload: Workload, tables: Sequence[TablePlan]) -> int:
+        return moved_bytes(workload, self.old, tables, self.old_of)
+
+    def _starts(self, workload: Workload, cost_model: CostModel, shard_bytes) -> list[tuple[TablePlan, ...]]:
+        """Starts, each spent down to the budget by ``budget_descent``: from below (the staying
+        tables, the rest placed where there is room) and from above (the fresh plan with the tables
+        that save the most bytes per step lost put back as they were). Best first; none that moves
+        too much."""
+        starts = [placed_rest(workload, cost_model, self.staying, self.homeless, self.fresh)]
+        # Tables whose every piece must move cost no more cut as the fresh plan cuts them: a second
+        # start from below (neither won on every workload of benchmarks/replan.py).
+        whole = {tp.name for tp in self.staying if len(self.homeless.get(tp.name, ())) == len(tp.shards)}
+        if whole:
+            starts.append(placed_rest(workload, cost_model, [tp for tp in self.staying if tp.name not in whole],
+                                      self.homeless, self.fresh))
+        starts.append(reverted(workload, cost_model, self.fresh, self.staying, self.homeless, self.objective,
+                               lambda tp: sum(shard_bytes(tp.name, s, s.rank) for s in tp.shards), self.max_bytes))
+        out = []
+        for start in starts:
+            spare = self.max_bytes - self._moved(workload, start)
+            if spare < 0:
+                continue
+            fixed = budget_descent(workload, cost_model, start, self.objective, shard_bytes, spare,
+                                   trials=int(DESCENT_TRIALS_PER_S * self.time_limit_s))
+            out.append(fixed if self._moved(workload, fixed) <= self.max_bytes else start)
+        return sorted(out, key=lambda t: Breakdown.of(cost_model.breakdown(workload, t)).score(self.objective))
+
+    def _old_cut(self, workload: Workload, name: str, offered: list[Candidate]) -> Candidate | None:
+        """The table's old cut as a candidate, where it is still a valid cut of the table here."""
+        tp = self.old_tables.get(name)
+        table = workload.table(name)
+        if tp is None or tp.sharding_type == "data_parallel" or tp.replicated_rows:
+            return None  # replicas are offered anyway; hot rows are re-derived
+        if self.old.extent.get(name) != (table.num_embeddings, table.embedding_dim):
+            return None  # resized: the old pieces no longer tile it
+        topo = workload.topology
+        if tp.sharding_type not in table.allowed_sharding_types:
+            return None
+        if self.candidates == "torchrec" and (
+                tp.sharding_type not in TORCHREC_TYPES[topo.compute_device]
+                or (tp.sharding_type == "row_wise" and len(tp.shards) != topo.world_size)):
+            return None
+        if tp.sharding_type == "table_row_wise" and len(tp.shards) != topo.ranks_per_host:
+            return None
+        pieces = tuple(Piece(*s.offsets, *s.sizes) for s in tp.shards)
+        placement = "host" if tp.sharding_type in HOST_BOUND else "free"
+        cand = Candidate(name, tp.sharding_type, pieces, placement, tp.compute_kernel, tp.cache_load_factor)
+        known = {(c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) for c in offered}
+        return None if (cand.sharding_type, pieces, cand.compute_kernel, cand.cache_load_factor) in known else cand
+
+
+def placed_rest(workload: Workload, cost_model: CostModel, staying: Sequence[TablePlan],
+                homeless: Mapping[str, frozenset[int]], fresh: Sequence[TablePlan]) -> tuple[TablePlan, ...]:
+    """``staying`` as given but for its ``homeless`` pieces (their old rank is gone); every other
+    table cut as in ``fresh``. Pieces placed anew go to the least loaded ranks with room, heaviest
+    table first; pieces that cannot move freely stay where ``fresh`` put them."""
+    topo = workload.topology
+    load, hbm = [0.0] * topo.world_size, [0] * topo.world_size
+
+    def piece(tp: TablePlan, shard: Shard) -> tuple[float, int]:
+        spec = ShardSpec(workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
+                         tp.compute_kernel, tp.cache_load_factor)
+        return cost_model.shard_cost(workload, spec).total_ms, shard_memory(workload.optimizer, spec).hbm_bytes
+
+    def charge(tp: TablePlan, shard: Shard) -> None:
+        ms, size = piece(tp, shard)
+        load[shard.rank] += ms
+        hbm[shard.rank] += size
+
+    kept = {tp.name: tp for tp in staying}
+    for tp in staying:
+        for i, shard in enumerate(tp.shards):
+            if i not in homeless.get(tp.name, ()):
+                charge(tp, shard)
+    todo = [tp for tp in staying if homeless.get(tp.name)] + [tp for tp in fresh if tp.name not in kept]
+    todo.sort(key=lambda tp: (-sum(piece(tp, s)[0] for s in tp.shards), tp.name))
+    for tp in todo:
+        if tp.name in kept:
+            anew = homeless[tp.name]
+        else:
+            anew = frozenset(range(len(tp.shards))) if movable(workload, tp) == "any" else frozenset()
+        used = {s.rank for i, s in enumerate(tp.shards) if i not in anew}
+        shards = []
+        for i, shard in enumerate(tp.shards):
+            if i in anew:
+                size = piece(tp, shard)[1]
+                others = [r for r in range(topo.world_size) if r not in used]
+                room = [r for r in others if hbm[r] + size <= topo.hbm_cap]
+                shard = Shard(rank=min(room or others, key=lambda r: (load[r], r)), offsets=shard.offsets,
+                              sizes=shard.sizes)
+                used.add(shard.rank)
+            if i in anew or tp.name not in kept:
+                charge(tp, shard)
+            shards.append(shard)
+        kept[tp.name] = TablePlan(
+            name=tp.name, sharding_type=tp.sharding_type, shards=tuple(shards), compute_kernel=tp.compute_kernel,
+            cache_load_factor=tp.cache_load_factor, replicated_rows=tp.replicated_rows)
+    return tuple(kept[t.name] for t in workload.tables)
+
+
+def reverted(workload: Workload, cost_model: CostModel, fresh: Sequence[TablePlan], staying: Sequence[TablePlan],
+             homeless: Mapping[str, frozenset[int]], objective: Objective, table_bytes, budget: int
+             ) -> tuple[TablePlan, ...]:
+    """``fresh`` with staying tables put back, cheapest in step per byte saved first, until it
+    moves at most ``budget`` (rank loads added up from shard costs: a start, not a verdict)."""
+    world = workload.topology.world_size
+    load = np.zeros((world, 4))
+
+    def phases(tp: TablePlan) -> np.ndarray:
+        out = np.zeros((world, 4))
+        for shard in tp.shards:
+            out[shard.rank] += rank_phases(cost_model.shard_cost(workload, ShardSpec(
+                workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
+                tp.cache_load_factor)))
+        return out
+
+    plan = {tp.name: tp for tp in fresh}
+    for tp in fresh:
+        load += phases(tp)
+    back = {tp.name: (tp, phases(tp), table_bytes(plan[tp.name]) - table_bytes(tp))
+            for tp in staying if not homeless.get(tp.name) and tp.name in plan}
+    score = (lambda m: m.max(axis=0).sum()) if objective.name == "critical-path" else (lambda m: m.sum(axis=1).max())
+    moved = sum(table_bytes(tp) for tp in fresh)
+    while moved > budget and back:
+        now = score(load)
+        trials = {name: score(load - phases(plan[name]) + old) - now for name, (_, old, saved) in back.items()
+                  if saved > 0}
+        if not trials:
+            break
+        name = min(trials, key=lambda n: (trials[n] / back[n][2], n))
+        tp, old, saved = back.pop(name)
+        load += old - phases(plan[name])
+        plan[name] = tp
+        moved -= saved
+    return tuple(plan[t.name] for t in workload.tables)
+
+
+def _cut_key(sharding_type: str, pieces, kernel: str, load_factor, hot_rows) -> tuple:
+    return sharding_type, tuple(tuple(p) for p in pieces), kernel, load_factor, hot_rows

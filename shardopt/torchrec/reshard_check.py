@@ -1,0 +1,262 @@
+"""End-to-end check of a re-shard: train under one plan, checkpoint, replan for another world
+size, load, train on, and compare with the same model trained unsharded.
+
+    python -m shardopt.torchrec.reshard_check --from 2 --to 4     # gloo on CPU, spawned processes
+
+Plan A is shardopt's for the first world; plan B is ``replan`` of plan A for the second (the
+path a user takes). Tables are table-wise (TorchRec's CPU sharders run no row-wise cut, and
+row-wise Adagrad keeps one state per row *per column shard*, so a column cut would differ from
+the unsharded model by construction). The fused optimizer is FBGEMM's exact row-wise Adagrad;
+the reference applies it by hand to the summed gradient of every rank's batch, divided by the
+world size (as TorchRec's all-to-all does). Weights and optimizer state must match the
+reference element for element after the steps before the checkpoint and after the step after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from shardopt.torchrec.dmp_check import spawn_ranks
+
+TABLES = (("a", 300, 16), ("b", 200, 32), ("c", 120, 8), ("d", 500, 16), ("e", 80, 32), ("f", 240, 8))
+LR, EPS = 0.05, 1e-8
+BATCH = 6
+STEPS_BEFORE, STEPS_AFTER = 3, 1
+
+
+@dataclass(frozen=True)
+class Errors:
+    rank: int
+    world: int
+    weight: float  # max |sharded - reference| over this rank's shards
+    momentum: float
+    tables: int  # tables this rank holds a shard of
+
+
+def workload(world: int):
+    from shardopt.core.workload import workload_from_dict
+
+    return workload_from_dict({
+        "version": 1, "name": "reshard-check", "batch_size": BATCH, "optimizer": "rowwise_adagrad",
+        "topology": {"world_size": world, "local_world_size": world, "compute_device": "cpu", "hbm_cap": "64MB"},
+        "tables": [{"name": n, "num_embeddings": r, "embedding_dim": d, "pooling_factor": 2.0,
+                    "feature_names": [f"f_{n}"], "sharding_types": ["table_wise"]} for n, r, d in TABLES],
+    })
+
+
+def plans(world_a: int, world_b: int):
+    """(plan A for world_a, plan B replanned from it for world_b), as shardopt plans."""
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner import plan_with
+    from shardopt.planner.replan import replan_with
+
+    config = PlanConfig(time_limit_s=1.0, candidates="torchrec", cost_model="analytic-v0")
+    plan_a = plan_with(workload(world_a), config)
+    return plan_a, replan_with(plan_a, workload(world_b), config).plan
+
+
+def build_model(device: str):
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    torch.manual_seed(0)
+    configs = [EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=[f"f_{n}"])
+               for n, r, d in TABLES]
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = EmbeddingBagCollection(tables=configs, device=torch.device(device))
+
+        def forward(self, kjt):
+            return self.ebc(kjt)
+
+    return Model()
+
+
+def batch_for(step: int, rank: int):
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    lengths, values = [], []
+    for _, rows, _ in TABLES:
+        n = torch.randint(0, 4, (BATCH,), generator=g)
+        lengths.append(n)
+        values.append(torch.randint(0, rows, (int(n.sum()),), generator=g))
+    return KeyedJaggedTensor.from_lengths_sync(keys=[f"f_{n}" for n, _, _ in TABLES], values=torch.cat(values),
+                                               lengths=torch.cat(lengths))
+
+
+def loss_weights(step: int):
+    import torch
+
+    g = torch.Generator().manual_seed(7 + step)
+    return {f"f_{n}": torch.randn(d, generator=g) for n, _, d in TABLES}
+
+
+def reference(worlds: list[int]):
+    """The unsharded model after one step per entry of ``worlds`` (the world size of that step):
+    (weights, row-wise Adagrad momentum) per table."""
+    import torch
+
+    model = build_model("cpu")
+    weights = {n: model.ebc.embedding_bags[n].weight.detach().clone() for n, _, _ in TABLES}
+    momentum = {n: torch.zeros(r) for n, r, _ in TABLES}
+    for step, world in enumerate(worlds):
+        for n in weights:
+            model.ebc.embedding_bags[n].weight.data.copy_(weights[n])
+        model.zero_grad()
+        for rank in range(world):
+            out = model(batch_for(step, rank)).to_dict()
+            sum((out[k] * w).sum() for k, w in loss_weights(step).items()).backward()
+        with torch.no_grad():
+            for n in weights:
+                g = model.ebc.embedding_bags[n].weight.grad / world
+                momentum[n] += (g * g).mean(dim=1)
+                weights[n] -= LR * g / (momentum[n].sqrt() + EPS).unsqueeze(1)
+    return weights, momentum
+
+
+def _dmp(plan, world: int):
+    import torch
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+
+    from shardopt.torchrec.from_model import Origin
+    from shardopt.torchrec.sharding_plan import to_sharding_plan
+
+    wl = workload(world)
+    sharding = to_sharding_plan(plan, wl, {n: Origin("ebc", n) for n, _, _ in TABLES})
+    sharder = EmbeddingBagCollectionSharder(fused_params={
+        "optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": LR, "eps": EPS})
+    return DistributedModelParallel(build_model("meta"), plan=sharding, sharders=[sharder],
+                                    device=torch.device("cpu"))
+
+
+def _train(dmp, steps: range, rank: int) -> None:
+    for step in steps:
+        out = dmp(batch_for(step, rank))
+        out = out.wait() if hasattr(out, "wait") else out
+        got = out.to_dict()
+        sum((got[k] * w).sum() for k, w in loss_weights(step).items()).backward()
+
+
+def _local(value):
+    """(tensor, offsets) of each local shard of a ShardedTensor."""
+    for shard in value.local_shards():
+        yield shard.tensor, shard.metadata.shard_offsets
+
+
+def _errors(dmp, weights, momentum, rank: int, world: int) -> Errors:
+    w_err = m_err = 0.0
+    held = set()
+    for key, value in dmp.state_dict().items():
+        name = key.split("embedding_bags.")[-1].split(".")[0]
+        for tensor, (r0, c0) in _local(value):
+            full = weights[name][r0:r0 + tensor.shape[0], c0:c0 + tensor.shape[1]]
+            w_err = max(w_err, float((tensor - full).abs().max()))
+            held.add(name)
+    for key, per_param in dmp.fused_optimizer.state_dict()["state"].items():
+        name = key.split("embedding_bags.")[-1].split(".")[0]
+        for state_key, value in per_param.items():
+            if "momentum1" not in state_key:
+                continue
+            for tensor, offsets in _local(value):
+                full = momentum[name][offsets[0]:offsets[0] + tensor.shape[0]]
+                m_err = max(m_err, float((tensor.reshape(-1) - full).abs().max()))
+    return Errors(rank, world, w_err, m_err, len(held))
+
+
+def _copy_initial(dmp) -> None:
+    import torch
+
+    start = build_model("cpu").state_dict()
+    with torch.no_grad():
+        for key, value in dmp.state_dict().items():
+            full = start[key.replace("_dmp_wrapped_module.", "").replace("module.", "")]
+            for tensor, (r0, c0) in _local(value):
+                tensor.copy_(full[r0:r0 + tensor.shape[0], c0:c0 + tensor.shape[1]])
+
+
+def _worker(rank: int, world: int, port: int, phase: str, plan_json: str, folder: str, worlds, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from shardopt.core.plan import plan_from_dict
+    from shardopt.torchrec.reshard import load_checkpoint, save_checkpoint
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        import json
+
+        dmp = _dmp(plan_from_dict(json.loads(plan_json)), world)
+        if phase == "before":
+            _copy_initial(dmp)
+            _train(dmp, range(STEPS_BEFORE), rank)
+            save_checkpoint(dmp, folder)
+            result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
+        else:
+            load_checkpoint(dmp, folder)
+            result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
+            _train(dmp, range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER), rank)
+            result.append(_errors(dmp, *reference(worlds), rank, world))
+        queue.put(result)
+    except BaseException as exc:  # the parent must hear of it, not wait for a result
+        import traceback
+
+        queue.put(f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(world: int, phase: str, plan, folder: str, worlds) -> list[list[Errors]]:
+    from shardopt.core.plan import plan_to_json
+
+    return spawn_ranks(_worker, world, (phase, plan_to_json(plan), folder, worlds))
+
+
+def run_check(world_a: int, world_b: int) -> dict:
+    """Errors before the checkpoint (world_a), after loading it and after one more step (world_b)."""
+    plan_a, plan_b = plans(world_a, world_b)
+    worlds = [world_a] * STEPS_BEFORE + [world_b] * STEPS_AFTER
+    with tempfile.TemporaryDirectory(prefix="shardopt-reshard-") as folder:
+        before = _spawn(world_a, "before", plan_a, folder, worlds)
+        after = _spawn(world_b, "after", plan_b, folder, worlds)
+    return {
+        "before": [r[0] for r in before], "loaded": [r[0] for r in after], "stepped": [r[1] for r in after],
+        "plan_a": plan_a, "plan_b": plan_b,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="world_a", type=int, default=2)
+    parser.add_argument("--to", dest="world_b", type=int, default=4)
+    args = parser.parse_args(argv)
+    result = run_check(args.world_a, args.world_b)
+    for label in ("plan_a", "plan_b"):
+        where = {tp.name: tp.shards[0].rank for tp in result[label].tables}
+        print(f"{label}: world {result[label].world_size}, table -> rank {where}")
+    worst = 0.0
+    for stage in ("before", "loaded", "stepped"):
+        w = max(e.weight for e in result[stage])
+        m = max(e.momentum for e in result[stage])
+        worst = max(worst, w, m)
+        held = sum(e.tables for e in result[stage])
+        print(f"{stage:8} max |weight - reference| = {w:.2e}, max |momentum - reference| = {m:.2e}"
+              f" ({held} table shards compared)")
+    return 0 if worst < 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

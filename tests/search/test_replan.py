@@ -1,0 +1,216 @@
+"""Re-sharding: bytes moved between two plans, the migration manifest and its check, and the
+budgeted replan (search/replan.py, planner/replan.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from shardopt.arithmetic.checks import check_plan
+from shardopt.arithmetic.migration import check_moves, migration
+from shardopt.arithmetic.movement import OldLayout, forced_bytes, layout_problems, moved_bytes, relabelling
+from shardopt.contracts import PlanConfig
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.plan import Shard
+from shardopt.core.workload import workload_from_dict
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.planner.pipeline import plan_workload
+from shardopt.planner.replan import move_frontier, replan_with
+from shardopt.search.sampler import PlanSampler
+
+QUICK = PlanConfig(time_limit_s=0.5, cost_model="analytic-v0")
+
+
+def workload(world: int, local: int | None = None, rows=(3000, 2000, 5000, 800, 1200, 4000),
+             dims=(16, 32, 64, 16, 32, 64), cap: str = "4MB", optimizer: str = "rowwise_adagrad"):
+    tables = [{"name": f"t{i}", "num_embeddings": r, "embedding_dim": d, "pooling_factor": 2.0 + i}
+              for i, (r, d) in enumerate(zip(rows, dims)) if r]
+    return workload_from_dict({
+        "version": 1, "name": "rs", "batch_size": 128, "optimizer": optimizer,
+        "topology": {"world_size": world, "local_world_size": local or world, "compute_device": "cpu",
+                     "hbm_cap": cap},
+        "tables": tables,
+    })
+
+
+def sampled(wl, seed: int):
+    return plan_workload(wl, cost_model=AnalyticCostModel(), search=PlanSampler(seed=seed))
+
+
+def test_a_plan_and_its_relabelled_copy_move_nothing():
+    wl = workload(4)
+    old = sampled(wl, 1)
+    flipped = tuple(dataclasses.replace(tp, shards=tuple(dataclasses.replace(s, rank=3 - s.rank) for s in tp.shards))
+                    for tp in old.tables)
+    layout = OldLayout.of(old)
+    old_of = relabelling(wl, layout, flipped)
+    assert old_of == {0: 3, 1: 2, 2: 1, 3: 0}
+    assert moved_bytes(wl, layout, flipped, old_of) == 0
+    assert moved_bytes(wl, layout, flipped, {r: r for r in range(4)}) > 0
+
+
+def tw_plan(wl, ranks):
+    """Every table whole, table i on ranks[i]."""
+    from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, TablePlan, WorkloadRef
+
+    return Plan(format=PLAN_FORMAT, version=PLAN_VERSION, workload=WorkloadRef(name=wl.name),
+                world_size=wl.topology.world_size, tables=tuple(
+                    TablePlan(name=t.name, sharding_type="table_wise",
+                              shards=(Shard(rank=r, offsets=(0, 0), sizes=(t.num_embeddings, t.embedding_dim)),))
+                    for t, r in zip(wl.tables, ranks)))
+
+
+def test_grown_rows_and_new_tables_are_initialised_not_moved():
+    old_wl = workload(2)
+    new_wl = workload(2, rows=(6000, 2000, 5000, 800, 1200, 4000, 900), dims=(16, 32, 64, 16, 32, 64, 8))
+    old, new = tw_plan(old_wl, [0, 1, 0, 1, 0, 1]), tw_plan(new_wl, [0, 1, 0, 1, 0, 1, 0])
+    layout = OldLayout.of(old)
+    manifest = migration(new_wl, layout, new.tables, {0: 0, 1: 1})
+    assert manifest["moved_bytes"] == 0 == moved_bytes(new_wl, layout, new.tables, {0: 0, 1: 1})
+    fresh = {(m["table"], tuple(m["rows"])) for m in manifest["initialised"]}
+    assert fresh == {("t0", (3000, 6000)), ("t6", (0, 900))}
+    assert check_moves(new_wl, old, new, manifest) == []
+    # Swapping the ranks of t1 moves exactly its bytes, from rank 1 to rank 0.
+    swapped = tw_plan(new_wl, [0, 0, 0, 1, 0, 1, 0])
+    moves = migration(new_wl, layout, swapped.tables, {0: 0, 1: 1})["moves"]
+    assert [(m["table"], m["from_rank"], m["to_rank"], m["bytes"]) for m in moves] == [
+        ("t1", 1, 0, 2000 * (32 * 4 + 4))]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(old_world=st.sampled_from([2, 3, 4]), new_world=st.sampled_from([2, 3, 4, 6]),
+       seeds=st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)),
+       grow=st.booleans(), drop=st.booleans())
+def test_the_manifest_rebuilds_any_new_plan_from_any_old_one(old_world, new_world, seeds, grow, drop):
+    old_wl = workload(old_world)
+    rows = [3000, 2000, 5000, 800, 1200, 4000]
+    if grow:
+        rows[2] = 7000
+    if drop:
+        rows[4] = 0
+    new_wl = workload(new_world, rows=rows)
+    try:
+        old, new = sampled(old_wl, seeds[0]), sampled(new_wl, seeds[1])
+    except ShardoptError:
+        return  # no random plan fit
+    layout = OldLayout.of(old)
+    keep = None if new_world >= old_world else list(range(new_world))
+    old_of = relabelling(new_wl, layout, new.tables, keep)
+    manifest = migration(new_wl, layout, new.tables, old_of)
+    assert check_moves(new_wl, old, new, manifest) == []
+    assert manifest["moved_bytes"] == moved_bytes(new_wl, layout, new.tables, old_of)
+    assert manifest["moved_bytes"] >= forced_bytes(new_wl, layout, list(old_of.values()))
+    if manifest["moves"]:
+        broken = dict(manifest, moves=manifest["moves"][1:])
+        assert check_moves(new_wl, old, new, broken)  # a lost move leaves a hole
+        wrong = dict(manifest, moves=[dict(manifest["moves"][0], from_rank=old_world + 5)] + manifest["moves"][1:])
+        assert check_moves(new_wl, old, new, wrong)  # a rank that never held it
+
+
+@pytest.mark.parametrize("old_world, new_world, local", [(4, 6, 6), (4, 8, 4), (8, 4, 4)])
+def test_a_budget_is_honoured_and_more_bytes_never_buy_a_longer_step(old_world, new_world, local):
+    old_wl, new_wl = workload(old_world, min(old_world, local), cap="2MB"), workload(new_world, local, cap="2MB")
+    old = plan_workload(old_wl, cost_model=AnalyticCostModel(), search=PlanSampler(seed=3))
+    points = move_frontier(old, new_wl, QUICK)
+    assert points
+    for p in points:
+        assert p.moved_bytes <= p.budget_bytes
+        assert p.moved_bytes >= p.forced_bytes
+        assert check_plan(new_wl, p.plan).valid
+    steps = [p.step_ms() for p in points]
+    assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:])), steps
+
+
+def test_the_same_input_gives_the_same_replan():
+    old = sampled(workload(4), 5)
+    a = replan_with(old, workload(6), QUICK, max_move=200_000)
+    b = replan_with(old, workload(6), QUICK, max_move=200_000)
+    assert a.plan.tables == b.plan.tables and a.moved_bytes == b.moved_bytes
+
+
+def test_a_budget_below_what_a_shrink_forces_is_refused_with_the_figure():
+    old = sampled(workload(4), 6)
+    wl = workload(2, cap="8MB")
+    layout = OldLayout.of(old)
+    with pytest.raises(ShardoptError) as exc:
+        replan_with(old, wl, QUICK, max_move=0)
+    assert exc.value.kind is ErrorKind.INPUT and "--max-move 0 B: the change forces" in str(exc.value)
+    done = replan_with(old, wl, QUICK)
+    assert 0 < done.forced_bytes <= done.moved_bytes <= moved_bytes(wl, layout, done.plan.tables, {})
+
+
+def test_an_impossible_new_workload_is_infeasible():
+    old = sampled(workload(4), 7)
+    with pytest.raises(ShardoptError) as exc:
+        replan_with(old, workload(2, cap="1MB"), QUICK)
+    assert exc.value.kind is ErrorKind.INFEASIBLE
+
+
+def test_a_broken_old_plan_is_named():
+    old = sampled(workload(2), 8)
+    tp = old.tables[0]
+    bad = dataclasses.replace(old, tables=(dataclasses.replace(tp, shards=tp.shards + tp.shards),) + old.tables[1:])
+    assert "tables[0] (t0)" in layout_problems(bad)[0]
+    assert layout_problems(old) == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), new_world=st.sampled_from([3, 4, 6]), share=st.floats(0.0, 1.0))
+def test_the_descent_spends_no_more_than_its_budget_and_never_lengthens_the_step(seed, new_world, share):
+    from shardopt.arithmetic.movement import piece_move_bytes
+    from shardopt.contracts import CRITICAL_PATH
+    from shardopt.search.descent import budget_descent
+
+    old_wl, new_wl = workload(2), workload(new_world)
+    old = sampled(old_wl, seed)
+    layout = OldLayout.of(old)
+    old_of = {0: 0, 1: 1}
+    start = tuple(old.tables)  # the old plan as it stands on the first two ranks of the new world
+    model = AnalyticCostModel()
+
+    def shard_bytes(name, shard, rank):
+        return piece_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), old_of.get(rank))
+
+    total = sum(piece_move_bytes(new_wl, layout, t, (0, 0, t.num_embeddings, t.embedding_dim), None)
+                for t in new_wl.tables)
+    budget = int(share * total)
+    moved = budget_descent(new_wl, model, start, CRITICAL_PATH, shard_bytes, budget)
+    assert moved_bytes(new_wl, layout, moved, old_of) <= budget
+    assert check_plan(new_wl, dataclasses.replace(old, world_size=new_world, tables=moved)).valid
+
+    def additive(tables):
+        import numpy as np
+        from shardopt.contracts import ShardSpec, rank_phases
+
+        load = np.zeros((new_world, 4))
+        for tp in tables:
+            for s in tp.shards:
+                load[s.rank] += rank_phases(model.shard_cost(new_wl, ShardSpec(
+                    new_wl.table(tp.name), tp.sharding_type, s.sizes[0], s.sizes[1], tp.compute_kernel,
+                    tp.cache_load_factor)))
+        return load.max(axis=0).sum()
+
+    assert additive(moved) <= additive(start) + 1e-9
+
+
+def test_the_descent_fills_new_ranks_with_the_most_step_per_byte():
+    from shardopt.arithmetic.movement import piece_move_bytes
+    from shardopt.contracts import CRITICAL_PATH, Breakdown
+    from shardopt.search.descent import budget_descent
+
+    old_wl, new_wl = workload(2), workload(4)
+    old = tw_plan(old_wl, [0, 1, 0, 1, 0, 1])
+    layout = OldLayout.of(old)
+
+    def shard_bytes(name, shard, rank):
+        return piece_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), {0: 0, 1: 1}.get(rank))
+
+    model = AnalyticCostModel()
+    step = lambda tables: Breakdown.of(model.breakdown(new_wl, tables)).step_ms  # noqa: E731
+    none = budget_descent(new_wl, model, old.tables, CRITICAL_PATH, shard_bytes, 0)
+    some = budget_descent(new_wl, model, old.tables, CRITICAL_PATH, shard_bytes, 10**9)
+    assert none == old.tables  # nothing is free to move
+    assert {s.rank for tp in some for s in tp.shards} == {0, 1, 2, 3}
+    assert step(some) < step(old.tables)
