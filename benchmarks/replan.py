@@ -53,7 +53,7 @@ def main() -> None:
     from shardopt.contracts import PlanConfig
     from shardopt.core.units import format_bytes
     from shardopt.planner import plan_with, resolve_model
-    from shardopt.planner.replan import move_frontier, replan_with
+    from shardopt.planner.replan import move_frontier, replan_start, replan_with
     from shardopt.planner.replan_report import frontier_png, frontier_table
 
     parser = argparse.ArgumentParser()
@@ -68,9 +68,9 @@ def main() -> None:
             old_wl, new_wl = resized(base, old_world, cap), resized(base, new_world, cap)
             model = resolve_model(config, new_wl)[0]
             old = plan_with(old_wl, config)
-            half = replan_with(old, new_wl, config, cost_model=model)  # the fresh plan's bytes: the reference
-            result = replan_with(old, new_wl, config, cost_model=model,
-                                 max_move=max(half.forced_bytes, half.fresh_moved_bytes // 2))
+            start = replan_start(old, new_wl, config, cost_model=model)  # the fresh plan and its bytes
+            result = replan_with(old, new_wl, config, cost_model=model, start=start,
+                                 max_move=max(start.forced, start.fresh_moved // 2))
             ratio = result.step_ms() / result.step_ms(result.fresh)
             ratios[old_world, new_world].append(ratio)
             rows.append(f"| {name} | {old_world} -> {new_world} | {len(base.tables)} |"
@@ -79,7 +79,7 @@ def main() -> None:
                         f" {format_bytes(result.forced_bytes)} | {ratio:.3f} |")
             print(rows[-1], flush=True)
             if name == "dlrm-medium":
-                points = move_frontier(old, new_wl, config, cost_model=model)
+                points = move_frontier(old, new_wl, config, cost_model=model, start=start)
                 change = f"{old_world}to{new_world}"
                 frontier_png(points, f"dlrm-medium: {old_world} -> {new_world} ranks",
                              RESULTS / f"replan-{change}.png")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional, Protocol, Sequen
 from pydantic import Field, Strict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from shardopt.core.plan import RankBreakdown, TablePlan
+from shardopt.core.plan import RankBreakdown, Shard, TablePlan
 from shardopt.core.validation import STRICT
 from shardopt.core.workload import Table
 
@@ -115,6 +115,11 @@ class ShardSpec:
     cols: int
     compute_kernel: str = "fused"
     cache_load_factor: Optional[float] = None
+
+    @classmethod
+    def placed(cls, table: Table, tp: TablePlan, shard: Shard) -> "ShardSpec":
+        """The spec of ``shard``, one piece of ``table`` as the plan's ``tp`` cuts it."""
+        return cls(table, tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel, tp.cache_load_factor)
 
 
 # -- search ----------------------------------------------------------------------------------------

@@ -131,6 +131,22 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
     return out
 
 
+def layout_problems(plan: Plan) -> list[str]:
+    """What makes ``plan`` unusable as the old side of a re-shard, read without its workload: a
+    rank outside its world, or pieces of a table that leave holes in its extent or overlap."""
+    problems = []
+    for i, tp in enumerate(plan.tables):
+        where = f"tables[{i}] ({tp.name})"
+        ranks = [s.rank for s in tp.shards]
+        if max(ranks) >= plan.world_size:
+            problems.append(f"{where}: rank {max(ranks)} is outside its world of {plan.world_size}")
+        if tp.sharding_type != "data_parallel" and not tp.replicated_rows:
+            rows = max(s.offsets[0] + s.sizes[0] for s in tp.shards)
+            cols = max(s.offsets[1] + s.sizes[1] for s in tp.shards)
+            problems.extend(_coverage_violations(tp, rows, cols, where))
+    return problems
+
+
 def _coverage_violations(
     tp: TablePlan, rows: int, cols: int, where: str, first_row: int = 0
 ) -> list[str]:

@@ -56,8 +56,7 @@ def plan_memory(
         if table is None:
             continue
         for s in tp.shards:
-            mem = shard_memory(workload.optimizer, ShardSpec(
-                table, tp.sharding_type, s.sizes[0], s.sizes[1], tp.compute_kernel, tp.cache_load_factor))
+            mem = shard_memory(workload.optimizer, ShardSpec.placed(table, tp, s))
             hbm[s.rank] += mem.hbm_bytes
             ddr[workload.topology.host_of(s.rank)] += mem.ddr_bytes
     return hbm, ddr

@@ -36,12 +36,9 @@ class OldLayout:
         pieces: dict[str, dict[int, list[Rect]]] = {}
         extent = {}
         for tp in plan.tables:
-            if tp.replicated_rows:  # hot rows on every rank: the whole table, remapped
-                by_rank = {s.rank: [(0, 0, s.offsets[0] + s.sizes[0], s.sizes[1])] for s in tp.shards}
-            else:
-                by_rank = {}
-                for s in tp.shards:
-                    by_rank.setdefault(s.rank, []).append((*s.offsets, *s.sizes))
+            by_rank: dict[int, list[Rect]] = {}
+            for rank, rect in rects_of(tp):
+                by_rank.setdefault(rank, []).append(rect)
             pieces[tp.name] = by_rank
             extent[tp.name] = (max(s.offsets[0] + s.sizes[0] for s in tp.shards),
                                max(s.offsets[1] + s.sizes[1] for s in tp.shards))
@@ -67,6 +64,8 @@ def rect_bytes(workload: Workload, table: Table, rect: Rect | None) -> int:
 
 
 def rects_of(tp: TablePlan) -> Iterable[tuple[int, Rect]]:
+    """(rank, rectangle) of each shard; hot rows sit on every rank, so a FlexShard table's shard
+    counts as the whole table up to its last row (remapped ids)."""
     for s in tp.shards:
         if tp.replicated_rows:
             yield s.rank, (0, 0, s.offsets[0] + s.sizes[0], s.sizes[1])
@@ -206,23 +205,3 @@ def moved_bytes(workload: Workload, layout: OldLayout, tables: Sequence[TablePla
         for rank, rect in rects_of(tp):
             total += piece_move_bytes(workload, layout, table, rect, old_of.get(rank))
     return total
-
-
-def layout_problems(plan: Plan) -> list[str]:
-    """What makes ``plan`` unusable as the old side of a re-shard, read without its workload: a
-    rank outside its world, or pieces of a table that overlap or leave holes in its extent."""
-    problems = []
-    for i, tp in enumerate(plan.tables):
-        where = f"tables[{i}] ({tp.name})"
-        ranks = [s.rank for s in tp.shards]
-        if max(ranks) >= plan.world_size:
-            problems.append(f"{where}: rank {max(ranks)} is outside its world of {plan.world_size}")
-        if tp.sharding_type == "data_parallel" or tp.replicated_rows:
-            continue
-        rects = [(*s.offsets, *s.sizes) for s in tp.shards]
-        rows = max(r[0] + r[2] for r in rects)
-        cols = max(r[1] + r[3] for r in rects)
-        if any(overlap(a, b) for j, a in enumerate(rects) for b in rects[j + 1:]) or \
-                sum(r[2] * r[3] for r in rects) != rows * cols:
-            problems.append(f"{where}: its shards overlap or leave holes in its {rows} x {cols} rows and columns")
-    return problems

@@ -32,15 +32,15 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
            plot: Path | None, output: Path | None, moves: Path | None, config: PlanConfig) -> None:
     """Plan WORKLOAD again from OLD_PLAN, moving few bytes: the world may grow or shrink, tables
     may come, go or grow. Exit 2 for unusable input or a budget below what the change forces."""
-    from shardopt.arithmetic.checks import check_plan
+    from shardopt.arithmetic.checks import check_plan, layout_problems
     from shardopt.arithmetic.migration import migration
-    from shardopt.arithmetic.movement import OldLayout, layout_problems
+    from shardopt.arithmetic.movement import OldLayout
     from shardopt.core.files import check_output, write_atomic
     from shardopt.core.plan import read_plan, write_plan
     from shardopt.core.units import parse_size
     from shardopt.core.workload import read_workload
     from shardopt.planner import resolve_model
-    from shardopt.planner.replan import move_frontier, replan_with
+    from shardopt.planner.replan import move_frontier, replan_start, replan_with
     from shardopt.planner.replan_report import frontier_png, frontier_table, replan_line
 
     if plot is not None and not frontier:
@@ -66,15 +66,15 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
         if not report.valid:
             raise ShardoptError(f"{old_plan}: not a valid plan for {old_workload}: {report.violations[0]}"
                                 f"{f' (and {len(report.violations) - 1} more)' if len(report.violations) > 1 else ''}")
-    problems = layout_problems(old)
-    if problems:
+    elif problems := layout_problems(old):  # no workload to check it against: its own shape
         raise ShardoptError(f"{old_plan}: {problems[0]}")
     wl, sha = read_workload(workload)
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
+    start = replan_start(old, wl, config, cost_model=model, sha256=sha, source=str(workload))
     if frontier:
-        points = move_frontier(old, wl, config, cost_model=model, sha256=sha, source=str(workload),
+        points = move_frontier(old, wl, config, cost_model=model, sha256=sha, source=str(workload), start=start,
                                progress=lambda b: click.echo(f"budget {b} bytes: planned", err=True))
         click.echo(frontier_table(points))
         if plot is not None:
@@ -82,7 +82,8 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
             click.echo(f"wrote {plot}")
     if output is None:
         return
-    result = replan_with(old, wl, config, max_move=budget, cost_model=model, sha256=sha, source=str(workload))
+    result = replan_with(old, wl, config, max_move=budget, cost_model=model, sha256=sha, source=str(workload),
+                         start=start)
     manifest = migration(wl, OldLayout.of(old), result.plan.tables, result.old_of) if moves is not None else None
     write_plan(result.plan, output)
     if manifest is not None:

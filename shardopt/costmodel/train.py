@@ -59,7 +59,8 @@ def train_model(
     base: tuple[str, LearnedParts] | None = None,
 ) -> tuple[LearnedParts, dict]:
     """Calibrate and train on ``profile``; with ``base`` (a name and a trained model), also carry
-    that model over to this machine and keep whichever misses the held-out points less."""
+    that model over to this machine and keep it unless the fresh fit is clearly better
+    (:func:`_chosen`)."""
     dataset = ProfileDataset(profile)
     manifest = dataset.manifest()
     name = hardware or hardware_of(manifest, str(profile))
@@ -76,12 +77,17 @@ def train_model(
     held = [samples[i] for i in order[cut:]]
     trained_on = {k: manifest.get(k) for k in TRAINED_ON_FIELDS}
     calibration = calibrate(hw, train, comm, trained_on)
-    candidates = {"fitted here": train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs,
-                                             progress=progress)}
+    fresh = "fitted here"
+    candidates = {fresh: train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs, progress=progress)}
     if base is not None and base[1].calibration.hardware == name:
         candidates[f"{base[0]}, rescaled"] = transferred(hw, base[1], train, calibration)
-    errors = {label: _held_out_mape(hw, parts, held) for label, parts in candidates.items()}
-    chosen = _chosen(hw, candidates, held)
+    measured = np.array([s.fwd_s + s.bwd_s for s in held])
+    ape = {label: np.abs(KernelPredictor(hw, parts).kernel_seconds([s.shards for s in held]).sum(axis=1)
+                         / measured - 1) for label, parts in candidates.items()}
+    errors = {label: {"analytic-calibrated": _mape(calibrated_seconds(hw, parts, held), held),
+                      "learned": float(np.mean(ape[label])) if len(held) else float("nan")}
+              for label, parts in candidates.items()}
+    chosen = _chosen(ape, fresh)
     report = {
         "profile": str(profile),
         "seed": seed,
@@ -94,25 +100,17 @@ def train_model(
     return candidates[chosen], report
 
 
-def _chosen(hw: Hardware, candidates: dict[str, LearnedParts], held: Sequence[KernelSample]) -> str:
-    """The candidate to keep: a carried-over model (learned from a full profile) unless the fresh
-    fit misses the held-out points less by more than twice the paired standard error. A few dozen
-    held-out points cannot tell two models a point apart: calibrate kept a fresh fit at 12.5%
-    against 13.3% that replays then showed twice as wrong as the carried-over one."""
-    labels = list(candidates)
-    if len(labels) == 1:
-        return labels[0]
-    fresh, base = labels
-    measured = np.array([s.fwd_s + s.bwd_s for s in held])
-    ape = {label: np.abs(KernelPredictor(hw, candidates[label]).kernel_seconds(
-        [s.shards for s in held]).sum(axis=1) / measured - 1) for label in labels}
+def _chosen(ape: dict[str, np.ndarray], fresh: str) -> str:
+    """The candidate to keep, given each one's errors on the held-out points: a carried-over model
+    (learned from a full profile) unless the ``fresh`` fit misses the points less by more than
+    twice the paired standard error. A few dozen held-out points cannot tell two models a point
+    apart: calibrate kept a fresh fit at 12.5% against 13.3% that replays then showed twice as
+    wrong as the carried-over one."""
+    others = [label for label in ape if label != fresh]
+    if not others:
+        return fresh
+    base = others[0]
     diff = ape[base] - ape[fresh]
     if len(diff) < 2:
         return base
     return fresh if diff.mean() > PAIRED_SE * diff.std(ddof=1) / np.sqrt(len(diff)) else base
-
-
-def _held_out_mape(hw: Hardware, parts: LearnedParts, held: Sequence[KernelSample]) -> dict:
-    learned = KernelPredictor(hw, parts).kernel_seconds([s.shards for s in held]).sum(axis=1)
-    return {"analytic-calibrated": _mape(calibrated_seconds(hw, parts, held), held),
-            "learned": _mape(learned, held)}

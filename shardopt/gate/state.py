@@ -63,9 +63,7 @@ def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, va
         table = by_name.get(tp.name)
         if table is None:
             continue
-        cost = sum(model.shard_cost(workload, ShardSpec(table, tp.sharding_type, s.sizes[0], s.sizes[1],
-                                                        tp.compute_kernel, tp.cache_load_factor)).total_ms
-                   for s in tp.shards)
+        cost = sum(model.shard_cost(workload, ShardSpec.placed(table, tp, s)).total_ms for s in tp.shards)
         tables[tp.name] = TableState(tp.sharding_type, sorted(s.rank for s in tp.shards), round(cost, 6))
     return PlanState(sha256, valid, round(breakdown.step_ms, 6), round(breakdown.bottleneck_ms, 6),
                      round(1 - max(hbm.values(), default=0) / workload.topology.hbm_cap, 6), tables,

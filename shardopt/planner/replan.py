@@ -20,6 +20,7 @@ from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
 from shardopt.planner.factory import plan_with, resolve_model
 from shardopt.planner.pipeline import plan_workload
+from shardopt.search.repair import movable
 from shardopt.search.replan import BudgetedSearch
 
 # Budgets of a frontier, as shares of what the fresh plan moves (beside the forced minimum).
@@ -45,7 +46,10 @@ class Replanned:
 
 
 @dataclass(frozen=True)
-class _Start:
+class ReplanStart:
+    """What every budget of one change shares: the fresh plan, the old ranks matched to its ranks,
+    what the change forces to move and what the fresh plan moves."""
+
     layout: OldLayout
     fresh: Plan
     old_of: dict[int, int]
@@ -53,21 +57,22 @@ class _Start:
     fresh_moved: int
 
 
-def _start(old: Plan, workload: Workload, config: PlanConfig, model: CostModel, sha256, source) -> _Start:
+def replan_start(old: Plan, workload: Workload, config: PlanConfig = PlanConfig(), *,
+                 cost_model: Optional[CostModel] = None, sha256: Optional[str] = None,
+                 source: str = "<workload>") -> ReplanStart:
+    model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
     layout = OldLayout.of(old)
     fresh = plan_with(workload, config, cost_model=model, sha256=sha256, source=source)
     keep = survivors(workload, layout) if workload.topology.world_size < old.world_size else None
     old_of = relabelling(workload, layout, fresh.tables, keep)
-    return _Start(layout, fresh, old_of, forced_bytes(workload, layout, list(old_of.values())),
-                  moved_bytes(workload, layout, fresh.tables, old_of))
+    return ReplanStart(layout, fresh, old_of, forced_bytes(workload, layout, list(old_of.values())),
+                       moved_bytes(workload, layout, fresh.tables, old_of))
 
 
 def _staying(old: Plan, workload: Workload, layout: OldLayout,
              old_of: dict[int, int]) -> tuple[tuple[TablePlan, ...], dict[str, frozenset[int]]]:
     """The old plan's tables that keep their cut, renumbered, and per table the pieces whose old
     rank is gone (placed anew; only cuts whose pieces may go anywhere keep such pieces)."""
-    from shardopt.search.repair import movable
-
     new_of = {o: n for n, o in old_of.items()}
     tables, homeless = [], {}
     for tp in old.tables:
@@ -88,11 +93,12 @@ def _staying(old: Plan, workload: Workload, layout: OldLayout,
 def replan_with(
     old: Plan, workload: Workload, config: PlanConfig = PlanConfig(), *, max_move: Optional[int] = None,
     cost_model: Optional[CostModel] = None, sha256: Optional[str] = None, source: str = "<workload>",
-    start: Optional[_Start] = None, hints: Sequence[Sequence[TablePlan]] = (),
+    start: Optional[ReplanStart] = None, hints: Sequence[Sequence[TablePlan]] = (),
 ) -> Replanned:
-    """The best step within ``max_move`` bytes moved (None: the fresh plan's step, moving least)."""
+    """The best step within ``max_move`` bytes moved (None: the fresh plan's step, moving least);
+    ``start``: the change's :func:`replan_start`, when already made."""
     model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
-    s = start or _start(old, workload, config, model, sha256, source)
+    s = start or replan_start(old, workload, config, cost_model=model, sha256=sha256, source=source)
     budget = s.fresh_moved if max_move is None else max_move
     if budget < s.forced:
         raise ShardoptError(
@@ -110,23 +116,21 @@ def replan_with(
             raise
         raise ShardoptError(f"{exc}; within --max-move {format_bytes(budget)}: raise the budget or the caps",
                             kind=ErrorKind.INFEASIBLE) from None
+    # The fresh plan was one of the search's starts: where it fits the budget and the whole model
+    # rates it best, it is the plan.
     moved = moved_bytes(workload, s.layout, plan.tables, s.old_of)
-    out = Replanned(plan, moved, budget, s.forced, s.old_of, s.fresh, s.fresh_moved, config.objective)
-    if s.fresh_moved <= budget and out.step_ms(s.fresh) < out.step_ms():
-        # CP-SAT sees summed shard costs; the whole model may rate the fresh plan better.
-        out = replace(out, plan=s.fresh, moved_bytes=s.fresh_moved)
-    return out
+    return Replanned(plan, moved, budget, s.forced, s.old_of, s.fresh, s.fresh_moved, config.objective)
 
 
 def move_frontier(
     old: Plan, workload: Workload, config: PlanConfig = PlanConfig(), *, shares: Sequence[float] = FRONTIER_SHARES,
     cost_model: Optional[CostModel] = None, sha256: Optional[str] = None, source: str = "<workload>",
-    progress=None,
+    progress=None, start: Optional[ReplanStart] = None,
 ) -> list[Replanned]:
     """Replans over budgets from the forced minimum to what the fresh plan moves; each starts from
     the plan of the budget below (which fits its budget too), so more bytes never buy a longer step."""
     model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
-    s = _start(old, workload, config, model, sha256, source)
+    s = start or replan_start(old, workload, config, cost_model=model, sha256=sha256, source=source)
     budgets = sorted({max(s.forced, int(share * s.fresh_moved)) for share in shares})
     out = []
     for budget in budgets:

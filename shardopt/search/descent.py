@@ -36,37 +36,33 @@ class _Pieces:
         world = topo.world_size
         self.plan = [list(tp.shards) for tp in tables]
         self.items = []  # (table, shard, phases, hbm bytes, allowed ranks mask, bytes to each rank)
+        self.load, self.hbm = np.zeros((world, 4)), np.zeros(world)
         for ti, tp in enumerate(tables):
             where = movable(workload, tp)
             for si, shard in enumerate(tp.shards):
+                spec = ShardSpec.placed(workload.table(tp.name), tp, shard)
+                phases = np.array(rank_phases(cost_model.shard_cost(workload, spec)))
+                size = shard_memory(workload.optimizer, spec).hbm_bytes
+                self.load[shard.rank] += phases
+                self.hbm[shard.rank] += size
                 if where is None:
                     continue
-                spec = ShardSpec(workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                                 tp.compute_kernel, tp.cache_load_factor)
                 allowed = np.ones(world, dtype=bool)
                 if where == "host":
                     allowed[:] = [topo.host_of(r) == topo.host_of(shard.rank) for r in range(world)]
                 cost = np.array([shard_bytes(tp.name, shard, r) for r in range(world)], dtype=np.float64)
-                self.items.append((ti, si, np.array(rank_phases(cost_model.shard_cost(workload, spec))),
-                                   shard_memory(workload.optimizer, spec).hbm_bytes, allowed, cost))
-        self.load, self.hbm = np.zeros((world, 4)), np.zeros(world)
-        for ti, tp in enumerate(tables):
-            for shard in tp.shards:
-                spec = ShardSpec(workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                                 tp.compute_kernel, tp.cache_load_factor)
-                self.load[shard.rank] += rank_phases(cost_model.shard_cost(workload, spec))
-                self.hbm[shard.rank] += shard_memory(workload.optimizer, spec).hbm_bytes
+                self.items.append((ti, si, phases, size, allowed, cost))
 
 
-def _scores(load: np.ndarray, src: int, phases: np.ndarray, critical: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The step and the sum of squared rank totals if the piece left ``src`` for each rank."""
+def _scores(load: np.ndarray, totals: np.ndarray, spread: float, src: int, phases: np.ndarray,
+            critical: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The step and the sum of squared rank totals if the piece left ``src`` for each rank
+    (``totals``: each rank's summed phases; ``spread``: the sum of their squares, now)."""
     m = load.copy()
     m[src] -= phases
-    totals = load.sum(axis=1)
-    spread = (totals ** 2).sum()
     p = phases.sum()
     moved_spread = spread - totals[src] ** 2 + (totals[src] - p) ** 2
-    new_spread = moved_spread - (m.sum(axis=1)) ** 2 + (m.sum(axis=1) + p) ** 2
+    new_spread = moved_spread - totals ** 2 + (totals + p) ** 2
     if critical:
         order = np.argsort(-m, axis=0)
         top, second = m[order[0], range(4)], m[order[1], range(4)] if len(m) > 1 else np.zeros(4)
@@ -93,8 +89,9 @@ def budget_descent(workload: Workload, cost_model: CostModel, tables: Sequence[T
     while spent < trials and (max_moves is None or moves < max_moves):
         moves += 1
         load = state.load
-        now = float(load.max(axis=0).sum() if critical else load.sum(axis=1).max())
-        spread = float((load.sum(axis=1) ** 2).sum())
+        totals = load.sum(axis=1)
+        now = float(load.max(axis=0).sum() if critical else totals.max())
+        spread = float((totals ** 2).sum())
         best, best_key = None, (0.0, 0.0)
         for index, (ti, si, phases, size, allowed, cost) in enumerate(state.items):
             shard = state.plan[ti][si]
@@ -107,7 +104,7 @@ def budget_descent(workload: Workload, cost_model: CostModel, tables: Sequence[T
             if not ok.any():
                 continue
             spent += int(ok.sum())
-            steps, spreads = _scores(load, src, phases, critical)
+            steps, spreads = _scores(load, totals, spread, src, phases, critical)
             per_byte = 1.0 / np.maximum(extra, 1.0)
             gain = now - steps
             evened = (spread - spreads) * per_byte

@@ -94,7 +94,7 @@ class IlpModel:
         if moves is None:
             self._break_symmetry(workload, costs, self.pinned)
         else:
-            self.classes, self.order = [], self._table_order(costs)
+            self.classes, self.order = [], []  # ranks differ by what they hold: none interchangeable
         self._add_memory_caps()
         top = self._add_comm_curves()
         self._add_objective(objective, top, self._add_move_limit())

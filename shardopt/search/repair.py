@@ -80,9 +80,7 @@ class _State:
 
     def _memory(self, ti: int, shard: Shard) -> tuple[int, int]:
         tp = self.tables[ti]
-        mem = shard_memory(self.workload.optimizer, ShardSpec(
-            self.workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
-            tp.cache_load_factor))
+        mem = shard_memory(self.workload.optimizer, ShardSpec.placed(self.workload.table(tp.name), tp, shard))
         return mem.hbm_bytes, mem.ddr_bytes
 
     def rank_load(self, rank: int, items: Sequence[tuple[int, int]], moved_rank: dict) -> Phases:
@@ -133,9 +131,7 @@ class _Mover:
             state = self.state
             tp = state.tables[item[0]]
             shard = tp.shards[item[1]]
-            cost = self.model.shard_cost(self.workload, ShardSpec(
-                state.workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                tp.compute_kernel, tp.cache_load_factor))
+            cost = self.model.shard_cost(self.workload, ShardSpec.placed(state.workload.table(tp.name), tp, shard))
             self.shard_alone[item] = rank_phases(cost)
         return sum(w * x for w, x in zip(weights, self.shard_alone[item]))
 

@@ -4,9 +4,10 @@ The same model as :class:`~shardopt.search.ilp.IlpSearch` (cuts, placements, mem
 with every placement literal charged the bytes it would move (``arithmetic/movement.py``) and
 their sum capped; of two plans with the same step the one moving less wins. Each table is offered
 its old cut and the fresh plan's cut, so keeping a table as it was is always a choice (and costs
-nothing where its ranks survive). CP-SAT starts from two plans, each spent down to the budget by
-``budget_descent``: the old plan (what cannot stay placed where there is room) and the fresh plan
-with the tables that save the most bytes per step lost put back. The plan kept is the best of
+nothing where its ranks survive); with every cut, large-neighbourhood search under the global byte
+budget left ranks empty that a move would have filled. CP-SAT starts from plans spent down to the
+budget by ``budget_descent``: the old plan (what cannot stay placed where there is room) and the
+fresh plan with the tables that save the most bytes per step lost put back. The plan kept is the best of
 CP-SAT's and the starts under the whole cost model. No repair pass: it moves shards without
 counting bytes.
 """
@@ -61,9 +62,6 @@ class BudgetedSearch:
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     candidates: str = DEFAULT_CANDIDATES
     objective: Objective = CRITICAL_PATH
-    # Offer CP-SAT only each table's old cut and its fresh cut: with every cut, large-neighbourhood
-    # search under the global byte budget left ranks empty that a move would have filled.
-    narrow: bool = True
     name = "replan"
 
     def _narrowed(self, candidates, costs):
@@ -71,12 +69,10 @@ class BudgetedSearch:
         wanted: dict[str, set] = {}
         for plan in (self.old_tables.values(), self.fresh):
             for tp in plan:
-                wanted.setdefault(tp.name, set()).add(_cut_key(tp.sharding_type, [(*s.offsets, *s.sizes) for s in tp.shards],
-                                                              tp.compute_kernel, tp.cache_load_factor, tp.replicated_rows))
+                wanted.setdefault(tp.name, set()).add(_plan_cut(tp))
         narrow, narrow_costs = {}, {}
         for name, cands in candidates.items():
-            keep = [i for i, c in enumerate(cands) if _cut_key(c.sharding_type, c.pieces, c.compute_kernel,
-                                                               c.cache_load_factor, c.replicated_rows) in wanted.get(name, ())]
+            keep = [i for i, c in enumerate(cands) if _cut(c) in wanted.get(name, ())]
             keep = keep or list(range(len(cands)))  # neither cut is offered here: all of them
             narrow[name] = [cands[i] for i in keep]
             narrow_costs[name] = [costs[name][i] for i in keep]
@@ -90,8 +86,7 @@ class BudgetedSearch:
                 candidates[table.name].append(kept)
                 costs[table.name].append(piece_costs(workload, cost_model, kept))
         bound = balance_lower_bound(workload, cost_model, candidates, costs)
-        if self.narrow:
-            candidates, costs = self._narrowed(candidates, costs)
+        candidates, costs = self._narrowed(candidates, costs)
         memo: dict = {}
 
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
@@ -181,8 +176,7 @@ class BudgetedSearch:
         pieces = tuple(Piece(*s.offsets, *s.sizes) for s in tp.shards)
         placement = "host" if tp.sharding_type in HOST_BOUND else "free"
         cand = Candidate(name, tp.sharding_type, pieces, placement, tp.compute_kernel, tp.cache_load_factor)
-        known = {(c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) for c in offered}
-        return None if (cand.sharding_type, pieces, cand.compute_kernel, cand.cache_load_factor) in known else cand
+        return None if _cut(cand) in {_cut(c) for c in offered} else cand
 
 
 def placed_rest(workload: Workload, cost_model: CostModel, staying: Sequence[TablePlan],
@@ -194,8 +188,7 @@ def placed_rest(workload: Workload, cost_model: CostModel, staying: Sequence[Tab
     load, hbm = [0.0] * topo.world_size, [0] * topo.world_size
 
     def piece(tp: TablePlan, shard: Shard) -> tuple[float, int]:
-        spec = ShardSpec(workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1],
-                         tp.compute_kernel, tp.cache_load_factor)
+        spec = ShardSpec.placed(workload.table(tp.name), tp, shard)
         return cost_model.shard_cost(workload, spec).total_ms, shard_memory(workload.optimizer, spec).hbm_bytes
 
     def charge(tp: TablePlan, shard: Shard) -> None:
@@ -245,9 +238,8 @@ def reverted(workload: Workload, cost_model: CostModel, fresh: Sequence[TablePla
     def phases(tp: TablePlan) -> np.ndarray:
         out = np.zeros((world, 4))
         for shard in tp.shards:
-            out[shard.rank] += rank_phases(cost_model.shard_cost(workload, ShardSpec(
-                workload.table(tp.name), tp.sharding_type, shard.sizes[0], shard.sizes[1], tp.compute_kernel,
-                tp.cache_load_factor)))
+            out[shard.rank] += rank_phases(cost_model.shard_cost(workload, ShardSpec.placed(
+                workload.table(tp.name), tp, shard)))
         return out
 
     plan = {tp.name: tp for tp in fresh}
@@ -271,5 +263,12 @@ def reverted(workload: Workload, cost_model: CostModel, fresh: Sequence[TablePla
     return tuple(plan[t.name] for t in workload.tables)
 
 
-def _cut_key(sharding_type: str, pieces, kernel: str, load_factor, hot_rows) -> tuple:
-    return sharding_type, tuple(tuple(p) for p in pieces), kernel, load_factor, hot_rows
+def _cut(cand: Candidate) -> tuple:
+    """What makes two cuts of a table the same cut (placement aside)."""
+    return (cand.sharding_type, tuple(tuple(p) for p in cand.pieces), cand.compute_kernel, cand.cache_load_factor,
+            cand.replicated_rows)
+
+
+def _plan_cut(tp: TablePlan) -> tuple:
+    return (tp.sharding_type, tuple((*s.offsets, *s.sizes) for s in tp.shards), tp.compute_kernel,
+            tp.cache_load_factor, tp.replicated_rows)

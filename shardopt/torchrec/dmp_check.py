@@ -117,7 +117,7 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
         # Same initial weights as the reference: copy the unsharded model's into every shard.
         reference = build_model("cpu")
         ref_state = reference.state_dict()
-        _load(dmp, ref_state)
+        load_full_weights(dmp, ref_state)
         dense_opt = torch.optim.SGD([p for n, p in dmp.named_parameters() if "dp" in n and p.requires_grad]
                                     or [torch.nn.Parameter(torch.zeros(1))], lr=LR)
         pooled_error = 0.0
@@ -134,7 +134,7 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
             loss.backward()
             dense_opt.step()
             _reference_step(reference, step, world)
-        weight_error = _weight_error(dmp, reference.state_dict())
+        weight_error = max_weight_error(dmp, reference.state_dict())
         sharding = {}
         for module_plan in plan.plan.values():
             for name, ps in module_plan.items():
@@ -161,7 +161,7 @@ def _local_pieces(dmp, state):
             yield shard.tensor, full[r0:r0 + nr, c0:c0 + nc]
 
 
-def _load(dmp, state) -> None:
+def load_full_weights(dmp, state) -> None:
     """Copy full weights into the local shards (ShardedTensor or plain replicas)."""
     import torch
 
@@ -170,7 +170,8 @@ def _load(dmp, state) -> None:
             local.copy_(full)
 
 
-def _weight_error(dmp, state) -> float:
+def max_weight_error(dmp, state) -> float:
+    """The largest difference between any local shard and the same rows of the full weights."""
     return max((float((local - full).abs().max()) for local, full in _local_pieces(dmp, state)), default=0.0)
 
 

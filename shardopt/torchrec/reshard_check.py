@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from shardopt.torchrec.dmp_check import spawn_ranks
+from shardopt.torchrec.dmp_check import load_full_weights, max_weight_error, spawn_ranks
 
 TABLES = (("a", 300, 16), ("b", 200, 32), ("c", 120, 8), ("d", 500, 16), ("e", 80, 32), ("f", 240, 8))
 LR, EPS = 0.05, 1e-8
@@ -148,41 +148,21 @@ def _train(dmp, steps: range, rank: int) -> None:
         sum((got[k] * w).sum() for k, w in loss_weights(step).items()).backward()
 
 
-def _local(value):
-    """(tensor, offsets) of each local shard of a ShardedTensor."""
-    for shard in value.local_shards():
-        yield shard.tensor, shard.metadata.shard_offsets
-
-
 def _errors(dmp, weights, momentum, rank: int, world: int) -> Errors:
-    w_err = m_err = 0.0
-    held = set()
-    for key, value in dmp.state_dict().items():
-        name = key.split("embedding_bags.")[-1].split(".")[0]
-        for tensor, (r0, c0) in _local(value):
-            full = weights[name][r0:r0 + tensor.shape[0], c0:c0 + tensor.shape[1]]
-            w_err = max(w_err, float((tensor - full).abs().max()))
-            held.add(name)
+    """This rank's largest differences from the reference, in weights (``dmp_check``'s
+    comparison) and in row-wise Adagrad momentum, and how many tables it holds a shard of."""
+    held = sum(1 for value in dmp.state_dict().values() if value.local_shards())
+    w_err = max_weight_error(dmp, {f"ebc.embedding_bags.{name}.weight": w for name, w in weights.items()})
+    m_err = 0.0
     for key, per_param in dmp.fused_optimizer.state_dict()["state"].items():
         name = key.split("embedding_bags.")[-1].split(".")[0]
         for state_key, value in per_param.items():
             if "momentum1" not in state_key:
                 continue
-            for tensor, offsets in _local(value):
-                full = momentum[name][offsets[0]:offsets[0] + tensor.shape[0]]
-                m_err = max(m_err, float((tensor.reshape(-1) - full).abs().max()))
-    return Errors(rank, world, w_err, m_err, len(held))
-
-
-def _copy_initial(dmp) -> None:
-    import torch
-
-    start = build_model("cpu").state_dict()
-    with torch.no_grad():
-        for key, value in dmp.state_dict().items():
-            full = start[key.replace("_dmp_wrapped_module.", "").replace("module.", "")]
-            for tensor, (r0, c0) in _local(value):
-                tensor.copy_(full[r0:r0 + tensor.shape[0], c0:c0 + tensor.shape[1]])
+            for shard in value.local_shards():
+                start, rows = shard.metadata.shard_offsets[0], shard.tensor.numel()
+                m_err = max(m_err, float((shard.tensor.reshape(-1) - momentum[name][start:start + rows]).abs().max()))
+    return Errors(rank, world, w_err, m_err, held)
 
 
 def _worker(rank: int, world: int, port: int, phase: str, plan_json: str, folder: str, worlds, queue) -> None:
@@ -200,7 +180,7 @@ def _worker(rank: int, world: int, port: int, phase: str, plan_json: str, folder
 
         dmp = _dmp(plan_from_dict(json.loads(plan_json)), world)
         if phase == "before":
-            _copy_initial(dmp)
+            load_full_weights(dmp, build_model("cpu").state_dict())
             _train(dmp, range(STEPS_BEFORE), rank)
             save_checkpoint(dmp, folder)
             result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]

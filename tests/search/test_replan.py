@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shardopt.arithmetic.checks import check_plan
+from shardopt.arithmetic.checks import check_plan, layout_problems
 from shardopt.arithmetic.migration import check_moves, migration
-from shardopt.arithmetic.movement import OldLayout, forced_bytes, layout_problems, moved_bytes, relabelling
+from shardopt.arithmetic.movement import OldLayout, forced_bytes, moved_bytes, relabelling
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard
