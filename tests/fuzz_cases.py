@@ -225,6 +225,21 @@ BAD_FIELDS = [
     ("optimizer-unknown", "optimizer", "lion", 2, "optimizer: input should be"),
     ("table-too-big", "tables.0.num_embeddings", 2**32, 2, "tables[0]: table 'a' needs"),
     ("no-plan-fits", "tables.0.sharding_types", ["table_wise"], 3, "fits on no rank"),
+    ("placement-unknown-table", "placement", [{"kind": "pin", "tables": ["zz"], "ranks": [0]}], 2,
+     "placement[0].tables: no table 'zz' in the workload"),
+    ("placement-rank-outside", "placement", [{"kind": "pin", "tables": ["a"], "ranks": [99]}], 2,
+     "placement[0].ranks: rank 99 is not below world_size"),
+    ("placement-no-where", "placement", [{"kind": "pin", "tables": ["a"]}], 2, "a pin names ranks or hosts"),
+    ("placement-host-outside", "placement", [{"kind": "pin", "tables": ["a"], "hosts": [7]}], 2,
+     "placement[0].hosts: host 7 is not below"),
+    ("placement-kind-unknown", "placement", [{"kind": "near", "tables": ["a", "b"]}], 2,
+     "placement[0].kind: must be one of 'pin', 'colocate', 'apart'"),
+    ("placement-group-of-one", "placement", [{"kind": "apart", "tables": ["a"]}], 2,
+     "placement[0].tables: must list at least 2"),
+    ("placement-twice", "placement", [{"kind": "colocate", "tables": ["a", "a"]}], 2, "lists a table twice"),
+    ("ranks-outside", "topology.ranks", [{"ranks": [99], "hbm_cap": "1GB"}], 2, "topology.ranks[0].ranks: rank 99"),
+    ("ranks-all-reserved", "topology.ranks", [{"ranks": [0], "reserved": "100TB"}], 2, "keeps no HBM"),
+    ("ranks-negative", "topology.ranks", [{"ranks": [-1]}], 2, "topology.ranks[0].ranks[0]"),
 ]
 
 
@@ -233,7 +248,7 @@ def workload_cases() -> list[Case]:
     cases += [Case(f"workload-{name}", "workload", _workload_field(path, value), code, expect)
               for name, path, value, code, expect in BAD_FIELDS if name != "no-plan-fits"]
     tight = _set(_set(BASE_WORKLOAD, "tables.0.sharding_types", ["table_wise"]), "topology.hbm_cap", "4MB")
-    cases.append(Case("workload-no-plan-fits", "workload", _plan_with(tight), 3, "fits on no rank"))
+    cases.append(Case("workload-no-plan-fits", "workload", _plan_with(tight), 3, "conflict: ranks 0-1 need"))
     cases.append(Case("workload-missing-file", "workload",
                       lambda box: ["plan", box.path("nope.yaml"), "-o", box.path("out.json")], 2, "no such workload file"))
     cases.append(Case("workload-a-folder", "workload",

@@ -1,4 +1,4 @@
-"""Check a plan against its workload: coverage, bounds, ranks, sharding rules and memory.
+"""Check a plan against its workload: coverage, bounds, ranks, sharding rules, memory and placement rules.
 
 Every violation is collected (not just the first) so a user fixing a hand-edited or foreign plan
 sees all of them at once.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardopt.arithmetic.memory import plan_memory
+from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.plan import Plan, TablePlan
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Table, Workload
@@ -64,6 +65,8 @@ def check_plan(workload: Workload, plan: Plan, workload_sha256: str | None = Non
         if name not in seen:
             report.violations.append(f"tables: workload table {name!r} is missing from the plan")
     report.violations.extend(_memory_violations(workload, plan))
+    if not report.violations:
+        report.violations.extend(placement_violations(workload, plan.tables))
     return report
 
 
@@ -178,11 +181,10 @@ def _memory_violations(workload: Workload, plan: Plan) -> list[str]:
     hbm, ddr = plan_memory(workload, plan.tables)
     out = []
     for rank in sorted(hbm):
-        if hbm[rank] > topo.hbm_cap:
-            out.append(
-                f"memory: rank {rank} holds {format_bytes(hbm[rank])}, over hbm_cap"
-                f" {format_bytes(topo.hbm_cap)}"
-            )
+        cap = topo.rank_caps[rank] if rank < topo.world_size else topo.hbm_cap
+        if hbm[rank] > cap:
+            what = "hbm_cap" if cap == topo.hbm_cap else "its HBM for shards (topology.ranks)"
+            out.append(f"memory: rank {rank} holds {format_bytes(hbm[rank])}, over {what} {format_bytes(cap)}")
     for host in sorted(ddr):
         if ddr[host] and (topo.ddr_cap is None or ddr[host] > topo.ddr_cap):
             cap = format_bytes(topo.ddr_cap) if topo.ddr_cap else "none declared"

@@ -229,6 +229,10 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
         click.echo(replay_json(result, predicted_name, predicted_ranks))
     else:
         click.echo(replay_table(wl, result, predicted_name, predicted_ranks))
+        from shardopt.planner.summary import placement_lines
+
+        for line in placement_lines(wl):
+            click.echo(line)
         click.echo(f"replayed in {elapsed:.1f} s")
 
 

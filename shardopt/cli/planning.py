@@ -24,7 +24,9 @@ from shardopt.core.errors import ShardoptError
 )
 @plan_config_options()
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output path.")
-def plan(workload: Path, output: Path | None, config: PlanConfig, quiet: bool) -> None:
+@click.option("--explain", is_flag=True,
+              help="When no plan fits: print every requirement of the smallest conflicting set, a line each.")
+def plan(workload: Path, output: Path | None, config: PlanConfig, quiet: bool, explain: bool) -> None:
     """Plan WORKLOAD (YAML) and write the plan file."""
     from shardopt.core.files import check_output
     from shardopt.core.plan import write_plan
@@ -44,7 +46,13 @@ def plan(workload: Path, output: Path | None, config: PlanConfig, quiet: bool) -
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    result = plan_with(wl, config, cost_model=model, sha256=sha, source=str(workload))
+    try:
+        result = plan_with(wl, config, cost_model=model, sha256=sha, source=str(workload))
+    except ShardoptError as exc:
+        if explain and exc.details:
+            for line in exc.details:
+                click.echo(f"conflict: {line}", err=True)
+        raise
     elapsed = time.perf_counter() - started
     if make_folder:
         output.parent.mkdir(exist_ok=True)

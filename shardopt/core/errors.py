@@ -37,9 +37,10 @@ class ShardoptError(ValueError):
     error it is.
     """
 
-    def __init__(self, message: str, kind: ErrorKind = ErrorKind.INPUT) -> None:
+    def __init__(self, message: str, kind: ErrorKind = ErrorKind.INPUT, details: tuple[str, ...] = ()) -> None:
         super().__init__(" ".join(str(message).split()))  # one line, always
         self.kind = kind
+        self.details = details  # more lines, printed only when asked (plan --explain)
 
     @property
     def exit_code(self) -> int:

@@ -13,14 +13,19 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Field, Strict, StrictBool
+from pydantic import AfterValidator, Field, Strict, StrictBool
 from pydantic.dataclasses import dataclass
 
 from shardopt.core.errors import FieldError
+from shardopt.core.fields import (  # noqa: F401 (MAX_* are read from here too)
+    MAX_ALPHA, MAX_BATCH, MAX_DIM, MAX_FLOAT, MAX_POOLING, MAX_ROWS, MAX_WEIGHT, MAX_WORLD, MIN_WEIGHT, Alpha,
+    Batch, Fraction, Name, NonNegativeFloat, Pooling, PositiveFloat, PositiveInt, Rows, Size, Weight, WorldSize,
+)
 from shardopt.core.hardware import hardware_profiles
+from shardopt.core.placement import RankSpec, Rule, placement_errors
 from shardopt.core.layout import DATA_TYPE_BYTES, shard_bytes
 from shardopt.core.validation import STRICT, validate_as
-from shardopt.core.units import format_bytes, parse_size
+from shardopt.core.units import format_bytes
 
 SHARDING_TYPES = (
     "table_wise",
@@ -64,32 +69,7 @@ def check_file_stem(value: str, where: str) -> str:
         raise FieldError(where, "name", str(exc)).reworded(where) from None
 
 
-# Bounds every number is checked against (README, "Errors and exit codes"): far beyond any real
-# model, and small enough that no arithmetic on them overflows or loses its meaning.
-MAX_ROWS = 2**40  # rows of one table
-MAX_DIM = 2**16  # embedding_dim
-MAX_BATCH = 2**24  # per-rank batch
-MAX_WORLD = 2**16  # ranks
-MAX_POOLING = 1e5  # mean ids per sample
-MAX_FLOAT = 1e12  # any other float (bandwidths, weights, alpha's cap is its own)
-MAX_ALPHA = 10.0  # Zipf exponent: beyond it every lookup hits row 0 anyway
-
-PositiveInt = Annotated[int, Strict(), Field(gt=0)]
-Rows = Annotated[int, Strict(), Field(gt=0, le=MAX_ROWS)]
-Batch = Annotated[int, Strict(), Field(gt=0, le=MAX_BATCH)]
-WorldSize = Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
-Pooling = Annotated[float, Strict(), Field(gt=0, le=MAX_POOLING, allow_inf_nan=False)]
-Alpha = Annotated[float, Strict(), Field(gt=0, le=MAX_ALPHA, allow_inf_nan=False)]
-Fraction = Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)]
-# Bucket weights are relative; 1e-9..1e9 keeps their normalised probabilities representable.
-MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
-Weight = Annotated[float, Strict(), Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)]
-# An integer of bytes, or a string such as "80GB" (the JSON Schema says both).
-Size = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=Union[int, str])]
 EmbeddingDim = Annotated[int, Strict(), Field(gt=0, le=MAX_DIM), AfterValidator(_multiple_of_4)]
-Name = Annotated[str, Strict(), Field(min_length=1, max_length=200)]
 FileStem = Annotated[str, Strict(), Field(min_length=1, max_length=200), AfterValidator(_file_stem)]
 
 
@@ -208,6 +188,23 @@ class Topology:
     intra_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
     inter_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
     comm_latency_us: Optional[NonNegativeFloat] = None
+    # Ranks unlike the rest (their own HBM, reserved bytes); core/placement.py.
+    ranks: Optional[Annotated[tuple[RankSpec, ...], Field(min_length=1, max_length=MAX_WORLD)]] = None
+
+    @cached_property
+    def rank_caps(self) -> tuple[int, ...]:
+        """Each rank's HBM for shards: its cap less what it holds back."""
+        caps = [self.hbm_cap] * self.world_size
+        for spec in self.ranks or ():
+            for rank in spec.ranks:
+                if rank < self.world_size:
+                    caps[rank] = (self.hbm_cap if spec.hbm_cap is None else spec.hbm_cap) - spec.reserved
+        return tuple(caps)
+
+    @property
+    def uniform(self) -> bool:
+        """Every rank alike: ranks are then interchangeable."""
+        return not self.ranks or set(self.rank_caps) == {self.hbm_cap}
 
     @property
     def ranks_per_host(self) -> int:
@@ -231,6 +228,8 @@ class Workload:
     topology: Topology
     tables: Annotated[tuple[Table, ...], Field(min_length=1, max_length=100_000)]
     optimizer: Optimizer = "rowwise_adagrad"
+    # Hard constraints on where tables go (pin, colocate, apart); core/placement.py.
+    placement: Annotated[tuple[Rule, ...], Field(max_length=100_000)] = ()
 
     def table(self, name: str) -> Table:
         return self.tables_by_name[name]
@@ -239,6 +238,11 @@ class Workload:
     def tables_by_name(self) -> dict[str, Table]:
         # A search looks tables up by name for every candidate: 5000 tables made a scan the cost.
         return {t.name: t for t in self.tables}
+
+    @cached_property
+    def ruled_tables(self) -> frozenset[str]:
+        """Tables a placement rule names."""
+        return frozenset(name for rule in self.placement for name in rule.tables)
 
 
 def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
@@ -260,9 +264,13 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
                 f"unknown hardware profile {topo.hardware!r}; known: {', '.join(profiles)}",
             )
         )
+    starved = [rank for rank, cap in enumerate(topo.rank_caps) if cap <= 0]
+    if starved:
+        errors.append(("topology.ranks", f"rank {starved[0]} keeps no HBM: its reserved bytes are its whole cap"))
+        return errors
     seen_tables: dict[str, int] = {}
     seen_features: dict[str, int] = {}
-    cluster = topo.world_size * topo.hbm_cap
+    cluster = sum(topo.rank_caps)
     if topo.compute_device == "cuda" and topo.ddr_cap:
         cluster += topo.num_hosts * topo.ddr_cap  # UVM tiers keep rows in host memory
     for i, table in enumerate(workload.tables):
@@ -301,10 +309,12 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
                     f"table {table.name!r} needs {format_bytes(need)} (weights + optimizer state),"
                     f" more than the whole cluster's {format_bytes(cluster)}"
                     f" ({topo.world_size} ranks x hbm_cap {format_bytes(topo.hbm_cap)}"
-                    + (f", and ddr_cap {format_bytes(topo.ddr_cap)} per host" if cluster > topo.world_size * topo.hbm_cap else "")
+                    + (", less reserved" if not topo.uniform else "")
+                    + (f", and ddr_cap {format_bytes(topo.ddr_cap)} per host" if topo.compute_device == "cuda" and topo.ddr_cap else "")
                     + ")",
                 )
             )
+    errors.extend(placement_errors(workload.placement, topo.ranks, topo.world_size, topo.num_hosts, seen_tables))
     return errors
 
 

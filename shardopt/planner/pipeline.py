@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
-from shardopt.core.errors import ShardoptError
+from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
 from shardopt.contracts import Breakdown, Search
+from shardopt.search.conflict import find_conflict
 from shardopt.search.ilp import IlpSearch
+from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
 
 
@@ -28,7 +31,15 @@ def plan_workload(
     try:
         result = search.search(workload, cost_model)
     except ShardoptError as exc:
-        raise ShardoptError(f"{source}: {exc}", exc.kind) from None
+        if exc.kind == ErrorKind.INFEASIBLE:
+            explained = explain_infeasible(workload, cost_model, search)
+            if explained is not None:
+                raise ShardoptError(f"{source}: {explained.line}", exc.kind, explained.details) from None
+        raise ShardoptError(f"{source}: {exc}", exc.kind, exc.details) from None
+    if workload.placement:
+        broken = placement_violations(workload, result.tables)
+        if broken:  # every search honours the rules: a plan that breaks one is a bug, never output
+            raise AssertionError(f"{search.name} broke a placement rule: {broken[0]}")
     per_rank = tuple(cost_model.breakdown(workload, result.tables))
     objective = search.objective
     predicted = Predicted(
@@ -51,3 +62,22 @@ def plan_workload(
         tables=result.tables,
         predicted=predicted,
     )
+
+
+@dataclass(frozen=True)
+class Explained:
+    line: str
+    details: tuple[str, ...]
+
+
+def explain_infeasible(workload: Workload, cost_model: CostModel, search) -> Optional[Explained]:
+    """The smallest conflicting set of requirements, where a placement rule or an allow-list is
+    among them (memory alone: the search's own words name the table and the fixes)."""
+    which = getattr(search, "candidate_set", getattr(search, "candidates", "all"))
+    conflict = find_conflict(workload, cost_model, which if which in ("all", "torchrec") else "all")
+    if conflict is None or all(m.key[0] in ("hbm", "ddr") for m in conflict.members):
+        return None
+    details = tuple(f"{m.text}" + (f" (to relax: {m.fix})" if m.fix else "") for m in conflict.members)
+    if not conflict.minimal:
+        details += ("(a solve ran out of time: the set may not be minimal)",)
+    return Explained(conflict.line, details)

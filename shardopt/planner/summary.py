@@ -31,7 +31,7 @@ def breakdown_table(
         lines.append(
             f"{r.rank:>4} {r.fwd_compute_ms:>9.3f} {r.bwd_compute_ms:>9.3f}"
             f" {r.fwd_comm_ms:>9.3f} {r.bwd_comm_ms:>9.3f} {r.total_ms:>9.3f}"
-            f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.hbm_cap:>5.0%}  {bar}{mark}"
+            f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.rank_caps[r.rank]:>5.0%}  {bar}{mark}"
         )
     return "\n".join(lines)
 
@@ -45,6 +45,23 @@ def _constants_line(workload: Workload) -> str:
     return (f"compute: priced from hardware profile '{hw.name}' ({hw.description}): memory"
             f" {hw.mem_bw_gbps:g} GB/s forward{bwd}, {hw.kernel_us:g} us per kernel call; each"
             " constant's source is in shardopt/data/hardware.yaml")
+
+
+def placement_lines(workload: Workload) -> list[str]:
+    """The rules and unlike ranks the plan was made under (each one kept: plans that break one
+    are never written)."""
+    topo = workload.topology
+    out = []
+    if workload.placement:
+        rules = "; ".join(f"{r.describe()}" for r in workload.placement[:6])
+        more = f"; and {len(workload.placement) - 6} more" if len(workload.placement) > 6 else ""
+        out.append(f"placement: {len(workload.placement)} rule{'s' if len(workload.placement) > 1 else ''}"
+                   f" kept ({rules}{more})")
+    if not topo.uniform:
+        unlike = [(r, c) for r, c in enumerate(topo.rank_caps) if c != topo.hbm_cap]
+        out.append("ranks with their own HBM for shards: " + ", ".join(
+            f"rank {r} {format_bytes(c)}" for r, c in unlike[:8]) + (" ..." if len(unlike) > 8 else ""))
+    return out
 
 
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
@@ -76,6 +93,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             bwd = max(r.bwd_comm_ms for r in predicted.per_rank)
             lines.append(f"comm: {fwd:.3f} ms forward, {bwd:.3f} ms backward on the slowest rank;"
                          f" priced from {predicted.comm_source}")
+    lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]

@@ -87,7 +87,7 @@ class _Items:
             return None
         load = np.array([rank_phases(r) for r in model.breakdown(workload, tables)])
         used, used_ddr = plan_memory(workload, tables)
-        free = np.array([topo.hbm_cap - used.get(r, 0) for r in range(topo.world_size)], dtype=np.int64)
+        free = np.array([cap - used.get(r, 0) for r, cap in enumerate(topo.rank_caps)], dtype=np.int64)
         ddr_cap = np.inf if topo.ddr_cap is None else float(topo.ddr_cap)
         free_ddr = np.array([ddr_cap - used_ddr.get(h, 0) for h in range(topo.num_hosts)])
         return cls(workload, tables, keys, np.array(cost), np.array(hbm, dtype=np.int64), np.array(ddr, float),

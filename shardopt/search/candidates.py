@@ -29,6 +29,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.layout import shard_bytes
 from shardopt.core.workload import Table, Workload
+from shardopt.search.rules import pinned_cuts
 
 MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per warp
 # RecShard tiers: cache the rows drawing these shares of a table's lookups.
@@ -232,7 +233,7 @@ def workload_candidates(
     costs = {name: [piece_costs(workload, model, c) for c in cands] for name, cands in candidates.items()}
     world = workload.topology.world_size
     if world == 1:
-        return candidates, costs
+        return candidates, costs  # one rank: a pin can only name it
     balanced = sum(min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()) / world
     for table in workload.tables:
         cands, per = candidates[table.name], costs[table.name]
@@ -245,6 +246,7 @@ def workload_candidates(
             if (extra.sharding_type, extra.pieces, extra.compute_kernel) not in known:
                 cands.append(extra)
                 per.append(piece_costs(workload, model, extra))
+    pinned_cuts(workload, candidates, costs)
     return candidates, costs
 
 

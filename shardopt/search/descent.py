@@ -84,7 +84,7 @@ def budget_descent(workload: Workload, cost_model: CostModel, tables: Sequence[T
     ``max_moves`` caps the moves (for tests that follow it step by step)."""
     state = _Pieces(workload, cost_model, tables, shard_bytes)
     critical = objective.name == "critical-path"
-    cap = workload.topology.hbm_cap
+    cap = np.array(workload.topology.rank_caps, dtype=np.int64)
     spent = moves = 0
     while spent < trials and (max_moves is None or moves < max_moves):
         moves += 1

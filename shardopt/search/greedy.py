@@ -20,13 +20,13 @@ import numpy as np
 
 from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel, ShardCost
-from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, workload_candidates
+from shardopt.search.explain import Unplaceable, greedy_failure
+from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
-from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
 
 Order = Literal["cost", "memory"]
@@ -53,7 +53,7 @@ class _Ranks:
         topo = workload.topology
         world = topo.world_size
         ddr = 0.0 if topo.ddr_cap is None else float(topo.ddr_cap)
-        return cls(np.zeros(world), np.full(world, topo.hbm_cap, dtype=np.int64),
+        return cls(np.zeros(world), np.array(topo.rank_caps, dtype=np.int64),
                    [Counter() for _ in range(world)], np.full(topo.num_hosts, ddr), topo.ranks_per_host)
 
     def room(self, rank: int, cost: ShardCost) -> bool:
@@ -82,14 +82,6 @@ class _Ranks:
         return out
 
 
-@dataclass(frozen=True)
-class _Unplaceable(Exception):
-    table: str
-    piece_bytes: int
-    rank: int  # the tightest place it was refused: the rank with the most room left
-    free_bytes: int
-
-
 class GreedySearch:
     """Largest-cost-first placement with candidate escalation and a bottleneck move pass."""
 
@@ -116,14 +108,14 @@ class GreedySearch:
             min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()
         ) / workload.topology.world_size
         best: tuple[float, tuple[TablePlan, ...]] | None = None
-        failure: _Unplaceable | None = None
+        failure: Unplaceable | None = None
         targets: list = [average * scale for scale in self.targets]
         if self.balance and self.objective == CRITICAL_PATH:
             targets.append(_phase_means(costs, workload.topology.world_size))
         for target in targets:
             try:
                 placed = self._search_at(workload, cost_model, candidates, costs, target)
-            except _Unplaceable as exc:
+            except Unplaceable as exc:
                 failure = exc
                 continue
             peak = Breakdown.of(cost_model.breakdown(workload, placed)).score(self.objective)
@@ -131,7 +123,7 @@ class GreedySearch:
                 best = (peak, placed)
         if best is None:
             assert failure is not None
-            raise _infeasible(workload, costs, failure)
+            raise greedy_failure(workload, costs, failure)
         if self.balance and self.objective == CRITICAL_PATH:
             # Kept only where the whole model rates the step shorter (balance_phases checks).
             best = (best[0], balance_phases(workload, cost_model, best[1],
@@ -146,13 +138,13 @@ class GreedySearch:
     @staticmethod
     def _search_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
         """Place with tables cut until their largest piece is at most ``target_ms``."""
-        failure: _Unplaceable | None = None
+        failure: Unplaceable | None = None
         for order in ("cost", "memory"):
             choice = {name: _initial_choice(costs[name], target_ms) for name in candidates}
             while True:
                 try:
                     return _place(workload, cost_model, candidates, costs, choice, order)
-                except _Unplaceable as exc:
+                except Unplaceable as exc:
                     failure = exc
                     if choice[exc.table] + 1 >= len(candidates[exc.table]):
                         break
@@ -197,11 +189,15 @@ def _place(
     ranks = _Ranks.empty(workload)
     assigned: dict[str, list[int]] = {}
     names = [t.name for t in workload.tables]
+    guard = RankGuard(workload) if workload.placement else None
+    if guard is not None:
+        same_piece_counts(workload, candidates, choice)
     chosen = {name: (candidates[name][choice[name]], costs[name][choice[name]]) for name in names}
-    _place_fixed(ranks, chosen, assigned)
-    _place_host_bound(workload, model, ranks, chosen, assigned)
-    _place_free(workload, model, ranks, chosen, assigned, order)
-    _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
+    _place_fixed(ranks, chosen, assigned, guard)
+    _place_host_bound(workload, model, ranks, chosen, assigned, guard)
+    _place_free(workload, model, ranks, chosen, assigned, order, guard)
+    if guard is None:  # moves would have to re-check every rule: the rules' plans go to CP-SAT as placed
+        _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
     return tuple(
         _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
     )
@@ -212,21 +208,26 @@ def _load_with(workload: Workload, model: CostModel, ranks: _Ranks, rank: int, k
     return ranks.load_ms[rank] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
 
 
-def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]]) -> None:
+def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]], guard: RankGuard | None) -> None:
     """Fixed pieces (row-wise, data-parallel) have no choice of rank."""
     for name, (cand, pcosts) in chosen.items():
         if cand.placement != "fixed":
             continue
+        if guard is not None and not guard.open_to(name)[: len(pcosts)].all():
+            raise Unplaceable(name, 0, 0, 0, rule="placement rules (a cut on every rank)")
         for rank, cost in enumerate(pcosts):
             if not ranks.room(rank, cost):
-                raise _Unplaceable(name, cost.hbm_bytes, rank, int(ranks.free_bytes[rank]))
+                raise Unplaceable(name, cost.hbm_bytes, rank, int(ranks.free_bytes[rank]))
             ranks.take(rank, cand.sharding_type, cost)
             if cand.replicated_rows:
                 ranks.kinds[rank]["data_parallel"] += 1  # the hot replica is a kernel of its own
+            if guard is not None:
+                guard.took(name, rank)
         assigned[name] = list(range(len(pcosts)))
 
 
-def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned) -> None:
+def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned,
+                      guard: RankGuard | None) -> None:
     """Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank."""
     topo = workload.topology
     local = topo.ranks_per_host
@@ -234,9 +235,14 @@ def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chose
         if cand.placement != "host":
             continue
         best: tuple[float, int, list[int]] | None = None
+        open_to = guard.open_to(name) if guard is not None else np.ones(topo.world_size, dtype=bool)
         for host in range(topo.num_hosts):
             host_ranks = list(range(host * local, (host + 1) * local))
-            trial = _fit_on(ranks, host_ranks, pcosts, cand.sharding_type == "table_row_wise")
+            in_order = cand.sharding_type == "table_row_wise"
+            if not open_to[host_ranks].all() and (in_order or open_to[host_ranks].sum() < len(pcosts)):
+                continue
+            trial = _fit_on(ranks, [r for r in host_ranks if open_to[r]] if not in_order else host_ranks,
+                            pcosts, in_order)
             if trial is None:
                 continue
             peak = max(_load_with(workload, model, ranks, r, cand.sharding_type, c) for r, c in zip(trial, pcosts))
@@ -244,13 +250,16 @@ def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chose
                 best = (peak, host, trial)
         if best is None:
             roomiest = _roomiest(ranks)
-            raise _Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, int(ranks.free_bytes[roomiest]))
+            raise Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, int(ranks.free_bytes[roomiest]))
         for rank, cost in zip(best[2], pcosts):
             ranks.take(rank, cand.sharding_type, cost)
+            if guard is not None:
+                guard.took(name, rank)
         assigned[name] = best[2]
 
 
-def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned, order: Order) -> None:
+def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned, order: Order,
+                guard: RankGuard | None) -> None:
     """Free pieces, heaviest first (by cost, or by bytes when memory is what binds), each on the
     least-loaded rank with room, every rank weighed at once. (Weighing ranks by the step instead,
     each phase's slowest rank summed, was tried: at 5000 tables x 1024 ranks the step came out
@@ -265,13 +274,19 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
         lambda x: (-x[2].hbm_bytes, -x[2].total_ms, x[0], x[1])
     )
     free.sort(key=key)
+    if guard is not None:
+        free = guard.grouped_last(free)
     overheads: dict[str, np.ndarray] = {}
     for name, i, cost in free:
         kind = chosen[name][0].sharding_type
         fits = ranks.rooms(cost)
+        if guard is not None:
+            fits &= guard.open_to(name)
+            if not fits.any():
+                raise Unplaceable(name, cost.hbm_bytes, 0, 0, rule="placement rules")
         if not fits.any():
             roomiest = _roomiest(ranks)
-            raise _Unplaceable(name, cost.hbm_bytes, roomiest, int(ranks.free_bytes[roomiest]))
+            raise Unplaceable(name, cost.hbm_bytes, roomiest, int(ranks.free_bytes[roomiest]))
         # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
         pool = fits.copy()
         pool[assigned.get(name, [])] = False
@@ -281,6 +296,8 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
         total = np.where(pool, ranks.load_ms + cost.total_ms + overheads[kind], np.inf)
         rank = int(np.argmin(total))  # the first of the least loaded
         ranks.take(rank, kind, cost)
+        if guard is not None:
+            guard.took(name, rank)
         if ranks.kinds[rank][kind] == 1:  # the rank's kinds changed: so did its overheads
             for other, vector in overheads.items():
                 vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
@@ -363,33 +380,4 @@ def _table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
         cache_load_factor=cand.cache_load_factor,
         replicated_rows=cand.replicated_rows,
         shards=shards,
-    )
-
-
-def _infeasible(workload, costs, failure: _Unplaceable) -> ShardoptError:
-    """An error that says what did not fit and what would make it fit, with the real numbers."""
-    topo = workload.topology
-    need = sum(min(sum(p.hbm_bytes for p in pieces) for pieces in per) for per in costs.values())
-    cap = topo.hbm_cap
-    ranks_needed = -(-need // cap)
-    biggest = max(
-        (min(max(p.hbm_bytes for p in pieces) for pieces in per), name) for name, per in costs.items()
-    )
-    fixes = [f"raise topology.hbm_cap to at least {format_bytes(max(biggest[0], -(-need // topo.world_size)))}"]
-    if ranks_needed > topo.world_size:
-        fixes.append(f"use at least {ranks_needed} ranks")
-    fixes.append("allow row_wise for the largest tables or use a smaller data_type")
-    # Only a cluster too small in total proves that no plan exists; otherwise say what was searched.
-    verdict = "no plan fits in memory" if need > cap * topo.world_size else (
-        "the greedy search found no plan that fits in memory"
-    )
-    return ShardoptError(
-        f"{verdict}: table {failure.table!r} has a shard of"
-        f" {format_bytes(failure.piece_bytes)} that fits on no rank (the roomiest, rank"
-        f" {failure.rank} on host {topo.host_of(failure.rank)}, has {format_bytes(failure.free_bytes)}"
-        f" left); the tables need at least"
-        f" {format_bytes(need)} against {format_bytes(cap * topo.world_size)} in the cluster"
-        f" ({topo.world_size} ranks x hbm_cap {format_bytes(cap)}). Possible fixes: "
-        + "; ".join(fixes),
-        kind=ErrorKind.INFEASIBLE,
     )

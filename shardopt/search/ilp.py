@@ -130,7 +130,10 @@ class IlpSearch:
             # subsolvers spent the limit proving little (on 8 of the bench's tasks the step came
             # out 1.4% longer with them throughout).
             first, first_status = solver, status
-            solver = self._solver(work, WALL_GUARD * solve_s, lns_only=True)
+            # LNS improves a solution; with none yet (no hint: the greedy packed nothing) it
+            # would start from nothing, so the whole portfolio goes on looking for one.
+            cold = status == cp_model.UNKNOWN and not model.cp.proto.solution_hint.vars
+            solver = self._solver(work, WALL_GUARD * solve_s, lns_only=not cold)
             status = solver.solve(model.cp)
             ran.append(solver)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -6,11 +6,12 @@ interchangeable ranks, and the objective; hints in, a plan out."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from ortools.sat.python import cp_model
 
+from shardopt.arithmetic.placement import PlacementRules
 from shardopt.contracts import BOTTLENECK, PHASES, Objective, rank_phases
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.core.workload import Workload
@@ -18,7 +19,8 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.search.bound import collective_bytes, piece_bytes
 from shardopt.search.candidates import Candidate
 from shardopt.search.ilp_comm import breakpoints, byte_unit, curve_cost, in_units
-from shardopt.search.repair import movable
+from shardopt.search.ilp_placement import add_groups
+from shardopt.search.ilp_symmetry import break_symmetry, canonical
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
 
@@ -88,18 +90,21 @@ class IlpModel:
         self.unit = {key: byte_unit(size) for key, size in self.most.items()}
         self.moves = moves
         self.moved: list[tuple[int, cp_model.IntVar]] = []  # (bytes, literal), with a MoveLimit
+        self.rules = PlacementRules.of(workload)
+        self.on: dict[str, dict[int, list]] = {}  # grouped tables: rank -> literals putting a piece there
         for name, cands in candidates.items():
             self._add_table(name, cands, costs[name])
+        add_groups(self.cp, self.rules, self.on, world)
         self._add_replica_latency(replica_ms)
-        if moves is None:
-            self._break_symmetry(workload, costs, self.pinned)
+        if moves is None and not workload.placement:  # rules tie ranks to tables; the hint's relabelling would not
+            break_symmetry(self, workload, costs, self.pinned)
         else:
             self.classes, self.order = [], []  # ranks differ by what they hold: none interchangeable
         self._add_memory_caps()
         top = self._add_comm_curves()
         self._add_objective(objective, top, self._add_move_limit())
 
-    def _charge(self, rank, cost, literal, pin=None, sent_bytes=None) -> None:
+    def _charge(self, name, rank, cost, literal, pin=None, sent_bytes=None) -> None:
         """Charge ``rank`` the shard's phases, bytes and memory when ``literal`` holds."""
         for i, ms in enumerate(rank_phases(cost)):
             if self.curves is not None and PHASES[i].endswith("comm_ms"):
@@ -111,6 +116,8 @@ class IlpModel:
                 if size > 0:
                     self.sent[rank][key].append((in_units(size, self.unit[key]), literal))
         self.memory[rank].append((cost.hbm_bytes, literal))
+        if name in self.rules.grouped:
+            self.on.setdefault(name, {}).setdefault(rank, []).append(literal)
         if cost.ddr_bytes:
             self.ddr[rank // self.workload.topology.ranks_per_host].append((cost.ddr_bytes, literal))
         if pin is not None:
@@ -127,8 +134,10 @@ class IlpModel:
             pcosts = costs[c]
             pbytes = self.sent_by_cut[name, c] if self.curves else [None] * len(pcosts)
             if cand.placement == "fixed":
+                if not self.rules.may_hold_all(name, range(len(pcosts))):
+                    self.cp.add(x == 0)
                 for rank, (cost, b) in enumerate(zip(pcosts, pbytes)):
-                    self._charge(rank, cost, x, pin=(name, c), sent_bytes=b)
+                    self._charge(name, rank, cost, x, pin=(name, c), sent_bytes=b)
                     self._move(name, cand, rank, rank, x)
                 continue
             self._add_placed_cut(name, c, cand, x, pcosts, pbytes)
@@ -150,17 +159,21 @@ class IlpModel:
             if cand.placement == "host" and cand.sharding_type == "table_row_wise":
                 for h, hv in host_vars.items():
                     # piece p on the host's p-th rank
-                    self._charge(h * local + p, cost, hv, pin=(name, c, h), sent_bytes=b)
+                    if not self.rules.may_hold(name, h * local + p):
+                        cp.add(hv == 0)
+                        continue
+                    self._charge(name, h * local + p, cost, hv, pin=(name, c, h), sent_bytes=b)
                     self._move(name, cand, p, h * local + p, hv)
                 continue
             for h in hosts:
                 ranks = range(world) if h is None else range(h * local, (h + 1) * local)
+                ranks = [r for r in ranks if self.rules.may_hold(name, r)]
                 ys = []
                 for rank in ranks:
                     y = cp.new_bool_var(f"y[{name},{c},{p},{rank}]")
                     self.place.setdefault((name, c, p), {})[rank] = y
                     ys.append(y)
-                    self._charge(rank, cost, y, sent_bytes=b)
+                    self._charge(name, rank, cost, y, sent_bytes=b)
                     self._move(name, cand, p, rank, y)
                 # Each piece of a chosen cut sits on exactly one rank (of its host).
                 cp.add(sum(ys) == (x if h is None else host_vars[h]))
@@ -209,7 +222,7 @@ class IlpModel:
         topo = self.workload.topology
         for rank in range(topo.world_size):
             if self.memory[rank]:
-                self.cp.add(sum(b * lit for b, lit in self.memory[rank]) <= topo.hbm_cap)
+                self.cp.add(sum(b * lit for b, lit in self.memory[rank]) <= topo.rank_caps[rank])
         if topo.ddr_cap is not None:
             for host_terms in self.ddr:
                 if host_terms:
@@ -262,60 +275,9 @@ class IlpModel:
                     cp.add(sum(w * lit for w, lit in self.load[rank][i]) <= peak)
         cp.minimize(weight * sum(peaks) + tie)
 
-    def _break_symmetry(self, workload: Workload, costs, pinned) -> None:
-        """Among interchangeable ranks, the k-th table's first piece uses only the first k+1."""
-        topo = workload.topology
-        local = topo.ranks_per_host
-        classes: dict[tuple, list[int]] = {}
-        for rank in range(topo.world_size):
-            signature = (rank // local, tuple(sorted(pinned[rank], key=repr)))
-            classes.setdefault(signature, []).append(rank)
-        self.classes = [ranks for ranks in classes.values() if len(ranks) > 1]
-        self.order = self._table_order(costs)
-        for ranks in self.classes:
-            for j, name in enumerate(self.order[: len(ranks) - 1]):
-                for c, cand in enumerate(self.candidates[name]):
-                    slots = self.place.get((name, c, 0))
-                    if not slots:
-                        continue  # pinned or host-ordered pieces: no choice to restrict
-                    for rank in ranks[j + 1:]:
-                        if rank in slots:
-                            self.cp.add(slots[rank] == 0)
-
-    def _table_order(self, costs) -> list[str]:
-        """Tables heaviest first (their cheapest cut), the order symmetry breaking relabels by."""
-        weight = {
-            name: min(sum(p.total_ms for p in pieces) for pieces in per) for name, per in costs.items()
-        }
-        return sorted(weight, key=lambda n: (-weight[n], n))
-
     def canonical(self, tables: tuple[TablePlan, ...]) -> tuple[TablePlan, ...]:
         """The same plan with interchangeable ranks relabelled to meet the symmetry constraints."""
-        by_name = {tp.name: tp for tp in tables}
-        mapping: dict[int, int] = {}
-        for ranks in self.classes:
-            members = set(ranks)
-            labels: dict[int, int] = {}
-            for name in self.order:
-                tp = by_name.get(name)
-                if tp is None or movable(self.workload, tp) is None:
-                    continue
-                rank = tp.shards[0].rank
-                if rank in members and rank not in labels:
-                    labels[rank] = ranks[len(labels)]
-            rest = iter(r for r in ranks if r not in labels.values())
-            for rank in ranks:
-                mapping[rank] = labels[rank] if rank in labels else next(rest)
-        if not mapping:
-            return tables
-        out = []
-        for tp in tables:
-            if movable(self.workload, tp) is None:
-                out.append(tp)
-                continue
-            shards = tuple(replace(s, rank=mapping.get(s.rank, s.rank)) for s in tp.shards)
-            out.append(replace(tp, shards=shards))
-        return tuple(out)
+        return canonical(self, tables)
 
     def hint(self, tables: tuple[TablePlan, ...]) -> None:
         """Start from a known plan: its candidate per table and its ranks."""

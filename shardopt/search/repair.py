@@ -51,7 +51,10 @@ class RepairResult:
 
 
 def movable(workload: Workload, tp: TablePlan) -> str | None:
-    """Where a table's shards may go: "any" rank, its "host", or None (fixed by its kind)."""
+    """Where a table's shards may go: "any" rank, its "host", or None (fixed by its kind, or named
+    by a placement rule: local moves leave those where the search honoured the rule)."""
+    if workload.placement and tp.name in workload.ruled_tables:
+        return None
     if tp.sharding_type in ("table_wise", "column_wise"):
         return "any"
     if tp.sharding_type == "row_wise" and len(tp.shards) < workload.topology.world_size:
@@ -139,9 +142,9 @@ class _Mover:
         state, topo = self.state, self.workload.topology
         hbm, ddr = state._memory(item[0], state.tables[item[0]].shards[item[1]])
         back_hbm, back_ddr = state._memory(back[0], state.tables[back[0]].shards[back[1]]) if back else (0, 0)
-        if state.hbm[dest] + hbm - back_hbm > topo.hbm_cap:
+        if state.hbm[dest] + hbm - back_hbm > topo.rank_caps[dest]:
             return False
-        if back and state.hbm[src] + back_hbm - hbm > topo.hbm_cap:
+        if back and state.hbm[src] + back_hbm - hbm > topo.rank_caps[src]:
             return False
         if topo.ddr_cap is not None and topo.host_of(src) != topo.host_of(dest):
             if state.ddr[topo.host_of(dest)] + ddr - back_ddr > topo.ddr_cap:

@@ -21,6 +21,7 @@ from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.memory import shard_memory
 from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes
+from shardopt.arithmetic.placement import placement_violations
 from shardopt.contracts import (
     CRITICAL_PATH, DEFAULT_CANDIDATES, DEFAULT_TIME_LIMIT_S, Breakdown, Objective, SearchResult, ShardSpec,
     rank_phases,
@@ -118,7 +119,8 @@ class BudgetedSearch:
                         objective=self.objective)
         solver, status, proved, _ = ilp._run(model)
         solved = [model.solution(solver)] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else []
-        found = solved + starts
+        # Starts are built from the old plan, which may break a rule the new workload adds.
+        found = solved + [s for s in starts if not placement_violations(workload, s)]
         if not found:
             verdict = "no plan moves so little" if status == cp_model.INFEASIBLE else "none found in the time limit"
             raise ShardoptError(f"{verdict} (CP-SAT: {solver.status_name(status)})", kind=ErrorKind.INFEASIBLE)
@@ -214,7 +216,7 @@ def placed_rest(workload: Workload, cost_model: CostModel, staying: Sequence[Tab
             if i in anew:
                 size = piece(tp, shard)[1]
                 others = [r for r in range(topo.world_size) if r not in used]
-                room = [r for r in others if hbm[r] + size <= topo.hbm_cap]
+                room = [r for r in others if hbm[r] + size <= topo.rank_caps[r]]
                 shard = Shard(rank=min(room or others, key=lambda r: (load[r], r)), offsets=shard.offsets,
                               sizes=shard.sizes)
                 used.add(shard.rank)

@@ -1,0 +1,155 @@
+"""What-if sweeps: one workload planned over cluster sizes and HBM caps, before anyone buys them.
+
+Each point is the workload with its topology's ``world_size`` (and ``hbm_cap``) replaced, checked
+as a workload file is (a pin to a rank the smaller cluster lacks is that point's reason), and
+planned as ``shardopt plan`` would. Points plan in parallel processes; each finished point is kept
+in the output folder, so an interrupted sweep resumes where it stopped. Scaling efficiency is weak
+scaling (TorchRec's batch is per rank): the step of the smallest feasible world over this one's.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from shardopt.contracts import Breakdown, PlanConfig
+from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.workload import Workload, workload_from_dict, workload_to_dict
+
+POINTS_DIR = "points"  # finished points, one JSON each: what a resumed sweep skips
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    world_size: int
+    hbm_cap: int
+    feasible: bool
+    reason: Optional[str] = None  # why no plan (infeasible, or the resized workload is not valid)
+    step_ms: Optional[float] = None  # the critical path
+    phases_ms: Optional[tuple[float, float, float, float]] = None  # each phase's slowest rank
+    bottleneck_ms: Optional[float] = None
+    headroom: Optional[float] = None  # 1 - the fullest rank's share of its HBM
+    efficiency: Optional[float] = None  # weak scaling against the smallest feasible world (same cap)
+
+
+def resized(workload: Workload, world: int, cap: Optional[int]) -> Workload:
+    """The workload on ``world`` ranks (and ``cap`` bytes of HBM each), checked as a file is."""
+    data = workload_to_dict(workload)
+    topo = data["topology"]
+    local = topo.get("local_world_size")
+    if local is not None and local > world:
+        topo["local_world_size"] = world  # part of one host (a world that is not whole hosts is refused)
+    topo["world_size"] = world
+    if cap is not None:
+        topo["hbm_cap"] = cap
+    return workload_from_dict(data, f"{workload.name} at {world} ranks")
+
+
+def plan_point(data: dict, world: int, cap: Optional[int], config_json: str) -> SweepPoint:
+    """One point, in a worker process (plain data in and out)."""
+    from shardopt.planner.factory import plan_with, resolve_model
+
+    base = workload_from_dict(data)
+    shown_cap = cap if cap is not None else base.topology.hbm_cap
+    try:
+        workload = resized(base, world, cap)
+        config = PlanConfig.from_json(config_json)
+        plan = plan_with(workload, config, cost_model=resolve_model(config, workload)[0],
+                         source=f"{base.name} at {world} ranks")
+    except ShardoptError as exc:
+        return SweepPoint(world, shown_cap, False, reason=str(exc))
+    from shardopt.arithmetic.memory import plan_memory
+
+    per_rank = plan.predicted.per_rank
+    breakdown = Breakdown.of(per_rank)
+    hbm, _ = plan_memory(workload, plan.tables)
+    caps = workload.topology.rank_caps
+    fullest = max((used / caps[r] for r, used in hbm.items()), default=0.0)
+    phases = tuple(max(getattr(r, f) for r in per_rank)
+                   for f in ("fwd_compute_ms", "fwd_comm_ms", "bwd_comm_ms", "bwd_compute_ms"))
+    return SweepPoint(world, shown_cap, True, step_ms=breakdown.step_ms, phases_ms=phases,  # type: ignore[arg-type]
+                      bottleneck_ms=breakdown.bottleneck_ms, headroom=1.0 - fullest)
+
+
+def sweep(workload: Workload, worlds: Sequence[int], caps: Sequence[Optional[int]], config: PlanConfig,
+          folder: Path, jobs: int, progress: Optional[Callable[[SweepPoint], None]] = None,
+          key: str = "") -> list[SweepPoint]:
+    """Every (world, cap) point, planned in ``jobs`` processes; points already in ``folder`` for the
+    same ``key`` (the workload's hash and the config) are read back, not planned again."""
+    data = workload_to_dict(workload)
+    kept = folder / POINTS_DIR
+    done: dict[tuple[int, Optional[int]], SweepPoint] = {}
+    todo = []
+    for world in worlds:
+        for cap in caps:
+            old = _read_point(kept / _point_name(world, cap), key)
+            if old is not None:
+                done[world, cap] = old
+                if progress:
+                    progress(old)
+            else:
+                todo.append((world, cap))
+    if todo:
+        kept.mkdir(parents=True, exist_ok=True)
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
+            futures = {pool.submit(plan_point, data, w, c, config.to_json()): (w, c) for w, c in todo}
+            try:
+                for future in as_completed(futures):
+                    world, cap = futures[future]
+                    point = future.result()
+                    done[world, cap] = point
+                    _write_point(kept / _point_name(world, cap), point, key)
+                    if progress:
+                        progress(point)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    return with_efficiency([done[w, c] for w in worlds for c in caps])
+
+
+def with_efficiency(points: Sequence[SweepPoint]) -> list[SweepPoint]:
+    out = []
+    for point in points:
+        same_cap = [p for p in points if p.hbm_cap == point.hbm_cap and p.feasible]
+        base = min(same_cap, key=lambda p: p.world_size, default=None)
+        eff = base.step_ms / point.step_ms if point.feasible and base and point.step_ms else None
+        out.append(replace(point, efficiency=eff))
+    return out
+
+
+def smallest_meeting(points: Sequence[SweepPoint], target_ms: float) -> Optional[SweepPoint]:
+    """The fewest ranks (then the least HBM) whose plan's step is within ``target_ms``."""
+    meeting = [p for p in points if p.feasible and p.step_ms is not None and p.step_ms <= target_ms]
+    return min(meeting, key=lambda p: (p.world_size, p.hbm_cap), default=None)
+
+
+def _point_name(world: int, cap: Optional[int]) -> str:
+    return f"w{world}-cap{cap if cap is not None else 'default'}.json"
+
+
+def _read_point(path: Path, key: str) -> Optional[SweepPoint]:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key:
+            return None
+        point = data["point"]
+        if point.get("phases_ms") is not None:
+            point["phases_ms"] = tuple(point["phases_ms"])
+        return SweepPoint(**point)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, half-written or from another sweep: planned again
+
+
+def _write_point(path: Path, point: SweepPoint, key: str) -> None:
+    from shardopt.core.files import write_atomic
+
+    write_atomic(path, json.dumps({"key": key, "point": asdict(point)}, sort_keys=True))
+
+
+def check_worlds(worlds: Sequence[int]) -> None:
+    if not worlds:
+        raise ShardoptError("--world-sizes: name at least one world size", kind=ErrorKind.INPUT)

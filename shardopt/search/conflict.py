@@ -1,0 +1,285 @@
+"""Why no plan fits: the smallest set of the workload's requirements that conflict.
+
+A CP-SAT model of feasibility alone (cuts, placements, memory; no costs) where each requirement
+holds only under its own assumption literal: each rank's HBM cap, each host's DDR cap, each table's
+allow-lists (cuts of every type are in the model), each placement rule. CP-SAT returns a set of
+assumptions that is infeasible on its own; dropping members while the rest stays infeasible makes
+it minimal. The numbers then come from two more solves: the least HBM the conflicting ranks would
+need with everything else kept, and a cut that a conflicting allow-list forbids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from ortools.sat.python import cp_model
+
+from shardopt.arithmetic.placement import pin_ranks
+from shardopt.core.errors import ShardoptError
+from shardopt.core.placement import Pin
+from shardopt.core.units import format_bytes
+from shardopt.core.workload import SHARDING_TYPES, Workload
+from shardopt.costmodel.base import CostModel
+from shardopt.search.candidates import TORCHREC_TYPES, table_candidates
+
+# Per feasibility solve, in CP-SAT's deterministic seconds (the same answer on a busy machine);
+# the wall clock only guards. The explanation makes a few solves per member.
+SOLVE_WORK = 5.0
+WALL_GUARD_S = 60.0
+MAX_LITERALS = 2_000_000  # placements beyond this: no explanation (the model alone would take minutes)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: tuple  # ("hbm", rank) | ("ddr", host) | ("allow", table) | ("rule", index)
+    text: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    members: tuple[Requirement, ...]
+    line: str  # the one line a user reads
+    minimal: bool  # every member was shown to be needed (no solve ran out of time)
+
+
+class _Feasibility:
+    """Cuts and placements with memory, each requirement under its assumption literal."""
+
+    def __init__(self, workload: Workload, cost_model: CostModel, which: str) -> None:
+        self.workload = workload
+        topo = workload.topology
+        self.world, self.local = topo.world_size, topo.ranks_per_host
+        self.cp = cp_model.CpModel()
+        self.guards: dict[tuple, cp_model.IntVar] = {}
+        self.memory = [[] for _ in range(self.world)]
+        self.ddr = [[] for _ in range(topo.num_hosts)]
+        self.on: dict[tuple[str, int], list] = {}
+        self.choose: dict[str, list[tuple]] = {}
+        self.size = 0
+        types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
+        for table in workload.tables:
+            self._add_table(table, _cuts(workload, table, which, types), cost_model)
+            if self.size > MAX_LITERALS:
+                raise OverflowError
+        self._add_caps()
+        self._add_rules()
+
+    def guard(self, key: tuple) -> cp_model.IntVar:
+        if key not in self.guards:
+            self.guards[key] = self.cp.new_bool_var(f"g{key}")
+        return self.guards[key]
+
+    def _add_table(self, table, cands, cost_model: CostModel) -> None:
+        from shardopt.search.candidates import piece_costs
+
+        xs = []
+        for c, cand in enumerate(cands):
+            x = self.cp.new_bool_var(f"x[{table.name},{c}]")
+            xs.append(x)
+            self.choose.setdefault(table.name, []).append((x, cand))
+            if cand.sharding_type not in table.allowed_sharding_types or (
+                    table.compute_kernels is not None and cand.compute_kernel not in table.compute_kernels):
+                self.cp.add(x == 0).only_enforce_if(self.guard(("allow", table.name)))
+            costs = piece_costs(self.workload, cost_model, cand)
+            if cand.placement == "fixed":
+                for rank, cost in enumerate(costs):
+                    self._put(table.name, rank, cost, x)
+            elif cand.placement == "host" and cand.sharding_type == "table_row_wise":
+                hosts = [self.cp.new_bool_var("") for _ in range(self.world // self.local)]
+                self.cp.add(sum(hosts) == x)
+                for h, hv in enumerate(hosts):
+                    for p, cost in enumerate(costs):
+                        self._put(table.name, h * self.local + p, cost, hv)
+            else:
+                self._add_free(table.name, cand, costs, x)
+        self.cp.add_exactly_one(xs)
+
+    def _add_free(self, name: str, cand, costs, x) -> None:
+        groups = [range(self.world)] if cand.placement == "free" else \
+            [range(h * self.local, (h + 1) * self.local) for h in range(self.world // self.local)]
+        hosts = [x] if cand.placement == "free" else [self.cp.new_bool_var("") for _ in groups]
+        if cand.placement != "free":
+            self.cp.add(sum(hosts) == x)
+        per_rank: dict[int, list] = {}
+        for ranks, hv in zip(groups, hosts):
+            for cost in costs:
+                ys = [self.cp.new_bool_var("") for _ in ranks]
+                self.size += len(ys)
+                self.cp.add(sum(ys) == hv)
+                for rank, y in zip(ranks, ys):
+                    self._put(name, rank, cost, y)
+                    per_rank.setdefault(rank, []).append(y)
+        if len(costs) > 1:
+            for lits in per_rank.values():
+                self.cp.add_at_most_one(lits)
+
+    def _put(self, name: str, rank: int, cost, literal) -> None:
+        self.memory[rank].append((cost.hbm_bytes, literal))
+        if cost.ddr_bytes:
+            self.ddr[rank // self.local].append((cost.ddr_bytes, literal))
+        self.on.setdefault((name, rank), []).append(literal)
+
+    def _add_caps(self) -> None:
+        topo = self.workload.topology
+        for rank, terms in enumerate(self.memory):
+            if terms and sum(b for b, _ in terms) > topo.rank_caps[rank]:
+                self.cp.add(sum(b * lit for b, lit in terms) <= topo.rank_caps[rank]).only_enforce_if(
+                    self.guard(("hbm", rank)))
+        for host, terms in enumerate(self.ddr):
+            if terms:
+                self.cp.add(sum(b * lit for b, lit in terms) <= (topo.ddr_cap or 0)).only_enforce_if(
+                    self.guard(("ddr", host)))
+
+    def _add_rules(self) -> None:
+        held: dict[tuple[str, int], cp_model.IntVar] = {}
+
+        def holds(name: str, rank: int):
+            if (name, rank) not in held:
+                var = self.cp.new_bool_var("")
+                lits = self.on.get((name, rank), [])
+                self.cp.add_max_equality(var, lits) if lits else self.cp.add(var == 0)
+                held[name, rank] = var
+            return held[name, rank]
+
+        for i, rule in enumerate(self.workload.placement):
+            g = self.guard(("rule", i))
+            if isinstance(rule, Pin):
+                allowed = pin_ranks(self.workload, rule)
+                for name in rule.tables:
+                    for rank in range(self.world):
+                        if rank not in allowed:
+                            for lit in self.on.get((name, rank), []):
+                                self.cp.add(lit == 0).only_enforce_if(g)
+                continue
+            for rank in range(self.world):
+                lits = [holds(name, rank) for name in rule.tables]
+                if rule.kind == "colocate":
+                    for lit in lits[1:]:
+                        self.cp.add(lit == lits[0]).only_enforce_if(g)
+                else:
+                    self.cp.add(sum(lits) <= 1).only_enforce_if(g)
+
+    def solve(self, keys, minimise_hbm: Optional[list[int]] = None):
+        """(status, solver) with the requirements ``keys`` assumed; with ``minimise_hbm``, those
+        ranks' caps are replaced by one cap that is minimised."""
+        model = self.cp.clone()
+        model.clear_assumptions()
+        model.add_assumptions([self.guards[k] for k in keys])
+        if minimise_hbm:
+            cap = model.new_int_var(0, max(sum(b for b, _ in self.memory[r]) for r in minimise_hbm), "cap")
+            for r in minimise_hbm:
+                model.add(sum(b * model.get_bool_var_from_proto_index(lit.index) for b, lit in self.memory[r])
+                          <= cap)
+            model.minimize(cap)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_deterministic_time = SOLVE_WORK
+        solver.parameters.max_time_in_seconds = WALL_GUARD_S
+        solver.parameters.num_workers = 1  # assumptions need a single worker for the core
+        return solver.solve(model), solver
+
+
+def _cuts(workload: Workload, table, which: str, types) -> list:
+    """The table's own cuts and those of every type: a type allowed alone gets cuts (a one-piece
+    column-wise one) that it does not get beside table-wise."""
+    try:
+        own = table_candidates(workload, table, which)  # type: ignore[arg-type]
+    except ShardoptError:
+        own = []  # nothing it allows runs: the allow-list's guard says so
+    relaxed = dataclasses.replace(table, sharding_types=tuple(types), compute_kernels=None)
+    seen = {(c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) for c in own}
+    return own + [c for c in table_candidates(workload, relaxed, which)  # type: ignore[arg-type]
+                  if (c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) not in seen]
+
+
+def find_conflict(workload: Workload, cost_model: CostModel, which: str = "all") -> Optional[Conflict]:
+    """The smallest conflicting set of requirements, or None when none is found (the model is
+    too big, or feasible: then the search ran out of time, not room)."""
+    try:
+        model = _Feasibility(workload, cost_model, which)
+    except OverflowError:
+        return None
+    keys = sorted(model.guards)
+    status, solver = model.solve(keys)
+    if status != cp_model.INFEASIBLE:
+        return None
+    by_lit = {model.guards[k].index: k for k in keys}
+    core = [by_lit[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in by_lit] or keys
+    minimal = True
+    for key in list(core):
+        trial = [k for k in core if k != key]
+        status, _ = model.solve(trial)
+        if status == cp_model.INFEASIBLE:
+            core = trial
+        elif status != cp_model.FEASIBLE and status != cp_model.OPTIMAL:
+            minimal = False
+    members = tuple(_requirement(workload, model, key, core) for key in core)
+    return Conflict(members, _line(workload, model, members, core, keys), minimal)
+
+
+def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list) -> Requirement:
+    kind, what = key
+    topo = workload.topology
+    if kind == "hbm":
+        return Requirement(key, _caps_text(workload, [what]), "")
+    if kind == "ddr":
+        return Requirement(key, f"ddr_cap {format_bytes(topo.ddr_cap or 0)} of host {what}",
+                           f"raise topology.ddr_cap (host {what})")
+    if kind == "allow":
+        table = workload.table(what)
+        status, solver = model.solve([k for k in core if k != key])
+        used = [cand for x, cand in model.choose[what] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+                and solver.boolean_value(x)]
+        extra = used[0].sharding_type if used and used[0].sharding_type not in table.allowed_sharding_types \
+            else (used[0].compute_kernel if used else "another cut")
+        return Requirement(key, f"sharding_types {list(table.allowed_sharding_types)} of {what}"
+                           + (f" (compute_kernels {list(table.compute_kernels)})" if table.compute_kernels else ""),
+                           f"allow {extra} for {what}")
+    rule = workload.placement[what]
+    fix = (f"unpin {', '.join(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]")
+    return Requirement(key, rule.describe(), fix)
+
+
+def _line(workload: Workload, model: _Feasibility, members, core: list, keys: list) -> str:
+    ranks = [k[1] for k in core if k[0] == "hbm"]
+    texts = [m.text for m in members if m.key[0] != "hbm"]
+    fixes = list(dict.fromkeys(m.fix for m in members if m.fix))
+    need = ""
+    if ranks:
+        texts.append(_caps_text(workload, ranks))
+        status, solver = model.solve([k for k in keys if not (k[0] == "hbm" and k[1] in ranks)], ranks)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            value = int(solver.objective_value)
+            need = f": {_ranks_text(ranks)} need{'s' if len(ranks) == 1 else ''} {format_bytes(value)}"
+            topo = workload.topology
+            if all(topo.rank_caps[r] == topo.hbm_cap for r in ranks):
+                fixes.append(f"raise hbm_cap{' of ' + _ranks_text(ranks) if len(ranks) < topo.world_size else ''}"
+                             f" to {format_bytes(value)}")
+            else:
+                fixes.append(f"give {_ranks_text(ranks)} {format_bytes(value)} for shards (topology.ranks:"
+                             " hbm_cap less reserved)")
+    joined = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " and " + texts[-1]
+    verb = "leaves no plan" if len(texts) == 1 else "conflict"
+    if not fixes:
+        return f"{joined} {verb}{need}"
+    options = fixes[0] if len(fixes) == 1 else ", ".join(fixes[:-1]) + ", or " + fixes[-1]
+    return f"{joined} {verb}{need}; {options}"
+
+
+def _caps_text(workload: Workload, ranks: list[int]) -> str:
+    topo = workload.topology
+    caps = sorted({topo.rank_caps[r] for r in ranks})
+    if caps == [topo.hbm_cap]:
+        return f"hbm_cap {format_bytes(topo.hbm_cap)} of {_ranks_text(ranks)}"
+    return f"the {' / '.join(format_bytes(c) for c in caps)} for shards of {_ranks_text(ranks)}"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return f"ranks {', '.join(map(str, ranks[:6]))}" + (f" and {len(ranks) - 6} more" if len(ranks) > 6 else "")
