@@ -105,10 +105,7 @@ def replan_with(
             f"--max-move {format_bytes(budget)}: the change forces {format_bytes(s.forced)} to move"
             f" (what only the {old.world_size - len(s.old_of)} dropped ranks hold); raise it to at least that",
             kind=ErrorKind.INPUT)
-    staying, homeless = _staying(old, workload, s.layout, s.old_of)
-    search = BudgetedSearch(s.layout, {tp.name: tp for tp in old.tables}, s.old_of, budget, staying, homeless,
-                            s.fresh.tables, [*hints, s.fresh.tables], config.time_limit_s, config.candidates,
-                            OBJECTIVES[config.objective])
+    search = budgeted_search(old, workload, config, s, budget, hints)
     try:
         plan = plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source)
     except ShardoptError as exc:
@@ -120,6 +117,16 @@ def replan_with(
     # rates it best, it is the plan.
     moved = moved_bytes(workload, s.layout, plan.tables, s.old_of)
     return Replanned(plan, moved, budget, s.forced, s.old_of, s.fresh, s.fresh_moved, config.objective)
+
+
+def budgeted_search(old: Plan, workload: Workload, config: PlanConfig, s: ReplanStart, budget: int,
+                    hints: Sequence[Sequence[TablePlan]] = ()) -> BudgetedSearch:
+    """The search of a replan within ``budget`` bytes (also what benchmarks/replan_bound.py proves
+    bounds with)."""
+    staying, homeless = _staying(old, workload, s.layout, s.old_of)
+    return BudgetedSearch(s.layout, {tp.name: tp for tp in old.tables}, s.old_of, budget, staying, homeless,
+                          s.fresh.tables, [*hints, s.fresh.tables], config.time_limit_s, config.candidates,
+                          OBJECTIVES[config.objective])
 
 
 def move_frontier(

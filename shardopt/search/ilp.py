@@ -134,6 +134,11 @@ class IlpSearch:
             # would start from nothing, so the whole portfolio goes on looking for one.
             cold = status == cp_model.UNKNOWN and not model.cp.proto.solution_hint.vars
             solver = self._solver(work, WALL_GUARD * solve_s, lns_only=not cold)
+            if cold:
+                # One worker, deterministic as it is: CP-SAT 9.x's interleaved portfolio aborted
+                # here ("heuristics.fixed_search != nullptr") once its fixed-search worker ran.
+                solver.parameters.num_workers = 1
+                solver.parameters.interleave_search = False
             status = solver.solve(model.cp)
             ran.append(solver)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

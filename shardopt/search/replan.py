@@ -79,7 +79,10 @@ class BudgetedSearch:
             narrow_costs[name] = [costs[name][i] for i in keep]
         return narrow, narrow_costs
 
-    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+    def build(self, workload: Workload, cost_model: CostModel, every_cut: bool = False, budget: bool = True):
+        """The CP-SAT model (its cuts narrowed to the old and the fresh plan's unless ``every_cut``;
+        without ``budget``, no limit on bytes: what the fresh plan scores in it), the balance bound
+        and the bytes each placement moves."""
         candidates, costs = workload_candidates(workload, cost_model, self.candidates)  # type: ignore[arg-type]
         for table in workload.tables:
             kept = self._old_cut(workload, table.name, candidates[table.name])
@@ -87,7 +90,8 @@ class BudgetedSearch:
                 candidates[table.name].append(kept)
                 costs[table.name].append(piece_costs(workload, cost_model, kept))
         bound = balance_lower_bound(workload, cost_model, candidates, costs)
-        candidates, costs = self._narrowed(candidates, costs)
+        if not every_cut:
+            candidates, costs = self._narrowed(candidates, costs)
         memo: dict = {}
 
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
@@ -105,7 +109,11 @@ class BudgetedSearch:
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
         model = IlpModel(workload, candidates, costs, replica_ms, cost_model.comm_curves(workload), self.objective,
-                         moves=MoveLimit(piece_bytes, self.max_bytes))
+                         moves=MoveLimit(piece_bytes, self.max_bytes) if budget else None)
+        return model, bound, rect_bytes
+
+    def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
+        model, bound, rect_bytes = self.build(workload, cost_model)
         starts = [tuple(h) for h in self.hints if self._moved(workload, h) <= self.max_bytes]
         # Pieces leaving for a rank that held nothing of them: rank -1 is no old rank.
         starts += self._starts(workload, cost_model,

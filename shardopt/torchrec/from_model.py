@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from shardopt.core.errors import FieldError, ShardoptError
 from shardopt.core.workload import Workload, workload_from_dict
@@ -53,11 +53,14 @@ def workload_from_module(
     name: str = "torchrec-model",
     access: Optional[dict] = None,
     hardware: Optional[str] = None,
+    placement: Sequence[dict] = (),
 ) -> tuple[Workload, dict[str, Origin]]:
     """The model's embedding tables as a workload, and each table's origin. ``access`` is the
     access distribution assumed for every table (a TorchRec model carries no statistics), e.g.
     ``{"distribution": "zipf", "alpha": 1.05}``; None: uniform. ``hardware``: the GPUs' hardware
-    profile (h100, h200, a100); None: the GPU this process sees, else the cuda default."""
+    profile (h100, h200, a100); None: the GPU this process sees, else the cuda default.
+    ``placement``: shardopt's placement rules (docs/formats.md), naming tables as the workload
+    does (TorchRec has no such constraint)."""
     ebc_type, ec_type, fp_type = _module_types()
     constraints = constraints or {}
     found: list[tuple[str, object, object]] = []  # (path, module, its sharder or None)
@@ -107,6 +110,8 @@ def workload_from_module(
             origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted)
             tables.append(table)
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
+    if placement:
+        data["placement"] = [dict(rule) for rule in placement]
     if not tables:
         raise NoTables("the model holds no embedding tables that a sharder shards")
     labels = []
@@ -195,18 +200,21 @@ def _topology(topology, hardware: Optional[str] = None) -> dict:
     device = topology.compute_device
     if device not in ("cuda", "cpu"):
         raise ShardoptError(f"topology.compute_device: shardopt plans cuda or cpu, got {device!r}")
-    hbm = min(int(d.storage.hbm) for d in topology.devices)
     ddr = min(int(d.storage.ddr) for d in topology.devices)
-    tables = min(table_storage(d.storage, device) for d in topology.devices)
-    if len({(int(d.storage.hbm), int(d.storage.ddr)) for d in topology.devices}) > 1:
-        logger.info("ranks differ in storage; shardopt plans every rank with the smallest (%d HBM, %d DDR bytes)",
-                    hbm, ddr)
+    per_rank = [table_storage(d.storage, device) for d in topology.devices]
+    # Ranks with less room (a custom topology, or a reservation that differs per rank) keep their
+    # own: the most common storage is the topology's, the rest are listed per rank.
+    tables = max(set(per_rank), key=lambda v: (per_rank.count(v), v))
+    unlike = sorted({v for v in per_rank if v != tables})
     local = topology.local_world_size
     out = {"world_size": topology.world_size, "local_world_size": local, "compute_device": device}
     if device == "cuda" and (hardware := hardware or local_gpu_hardware()):
         out["hardware"] = hardware
         logger.info("planning for hardware profile %s", hardware)
     out["hbm_cap"] = tables
+    if unlike:
+        out["ranks"] = [{"ranks": [r for r, v in enumerate(per_rank) if v == cap], "hbm_cap": cap} for cap in unlike]
+        logger.info("ranks differ in storage: %d rank(s) plan with their own", len(per_rank) - per_rank.count(tables))
     if device == "cuda" and ddr:
         out["ddr_cap"] = ddr * local
     # TorchRec's bandwidths are bytes per ms; shardopt's GB/s. Its defaults say nothing about the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from torchrec.distributed.planner.types import ParameterConstraints, Topology
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
@@ -64,6 +64,7 @@ class ShardoptPlanner(ShardingPlanner):
         plan_file: Optional[str] = None,
         access: Optional[dict] = None,
         hardware: Optional[str] = None,
+        placement: Sequence[dict] = (),
         **unknown,
     ) -> None:
         if unknown:
@@ -84,6 +85,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.plan_file = plan_file
         self.access = access  # the skew assumed for tables (TorchRec models carry no statistics)
         self.hardware = hardware  # the GPUs' profile (h100, h200, a100); None: the local GPU's
+        self.placement = tuple(placement)  # shardopt's rules (pin, colocate, apart): docs/formats.md
         self.cost_model = cost_model
         self.time_limit_s = time_limit_s
         self.search = search
@@ -127,7 +129,8 @@ class ShardoptPlanner(ShardingPlanner):
         reserved = self._reserve(topology, batch_size, module, sharders)
         try:
             workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders,
-                                                     access=self.access, hardware=self.hardware)
+                                                     access=self.access, hardware=self.hardware,
+                                                     placement=self.placement)
         except NoTables:
             return ShardingPlan({})
         except ShardoptError as exc:

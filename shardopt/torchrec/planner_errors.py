@@ -71,6 +71,12 @@ def planner_error(
         return insufficient
     if exc.kind != ErrorKind.INFEASIBLE:
         return None  # a field the model or the options got wrong: the input error itself
+    if exc.details:  # the smallest conflicting set of requirements, with its numbers and fixes
+        import re
+
+        fixes = tuple(m.group(1) for d in exc.details if (m := re.search(r"\(to relax: (.*)\)$", d)))
+        return ShardoptPlannerError(f"shardopt: no plan fits: {text.split(': ', 1)[-1]}.",
+                                    PlannerErrorType.STRICT_CONSTRAINTS, fixes + ("add ranks or memory per rank",))
     if need is not None and need > capacity:
         return insufficient
     narrowed = sorted(name for name, r in restricted.items() if r)

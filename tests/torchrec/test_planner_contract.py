@@ -273,3 +273,26 @@ def test_an_assumed_skew_prices_the_uvm_cache_and_a_bad_one_is_refused():
     bad = ShardoptPlanner(topology=topology, access={"distribution": "zipf", "alpha": -1})
     with pytest.raises(ShardoptError, match="access.alpha"):
         bad.plan(SparseNN(_tables(2)), [EmbeddingBagCollectionSharder()])
+
+
+def test_ranks_with_their_own_storage_and_placement_rules_reach_the_plan():
+    topology = Topology(world_size=4, compute_device="cuda", hbm_cap=64 * MB)
+    topology.devices[3].storage.hbm = 8 * MB  # a custom topology: one smaller rank
+    rules = [{"kind": "pin", "tables": ["table_0"], "ranks": [2]},
+             {"kind": "colocate", "tables": ["table_1", "table_2"]}]
+    planner = ShardoptPlanner(topology=topology, time_limit_s=1, placement=rules,
+                              storage_reservation=FixedPercentageStorageReservation(percentage=0.0))
+    plan = planner.plan(SparseNN(_tables(4, rows=4096, dim=128)), [TWvsRWSharder()])
+    shardings = _shardings(plan)
+    assert shardings["table_0"].ranks == [2]
+    assert shardings["table_1"].ranks == shardings["table_2"].ranks
+    assert planner.last_workload.topology.rank_caps[3] < planner.last_workload.topology.rank_caps[0]
+    # A pin the small rank cannot hold: TorchRec's error type, the conflict named with its numbers.
+    planner = ShardoptPlanner(topology=topology, time_limit_s=1,
+                              storage_reservation=FixedPercentageStorageReservation(percentage=0.0), placement=[{"kind": "pin", "tables": ["table_0", "table_1", "table_2"], "ranks": [3]}])
+    with pytest.raises(PlannerError) as info:
+        planner.plan(SparseNN(_tables(4, rows=8192, dim=128)), [TWSharder()])
+    assert info.value.error_type == PlannerErrorType.STRICT_CONSTRAINTS
+    text = str(info.value)
+    assert "pin of table_0, table_1, table_2 to rank 3" in text and "rank 3 needs" in text
+    assert "Possible solutions: unpin table_0, table_1, table_2 (placement[0])" in text
