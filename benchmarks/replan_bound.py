@@ -27,7 +27,7 @@ def model_value(search, workload, cost_model, tables) -> float:
     from ortools.sat.python import cp_model
 
     model = search.build(workload, cost_model, every_cut=True, budget=False)[0]
-    model.hint(tuple(tables))
+    model.hint(model.canonical(tuple(tables)))  # relabelled to meet its symmetry breaking
     fixed = model.cp.clone()
     for index, value in zip(fixed.proto.solution_hint.vars, fixed.proto.solution_hint.values):
         fixed.add(fixed.get_int_var_from_proto_index(index) == value)

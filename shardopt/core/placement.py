@@ -4,14 +4,14 @@ A rule is a hard constraint on the plan (TorchRec #2642 asks to co-locate tables
 hand-written plan): ``pin`` keeps a table's shards on some ranks or hosts (one rank pins it,
 several restrict it), ``colocate`` makes tables share their ranks (every rank holding one holds
 all), ``apart`` keeps tables off each other's ranks. A ``ranks`` entry of the topology gives some
-ranks their own HBM and the bytes they hold back (as TorchRec's storage reservation).
+ranks their own HBM, the bytes they hold back (as TorchRec's storage reservation) and a speed.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import Field, Strict
 from pydantic.dataclasses import dataclass
 
 from shardopt.core.fields import Name, Rank, Size
@@ -20,15 +20,19 @@ from shardopt.core.validation import STRICT
 Ranks = Annotated[tuple[Rank, ...], Field(min_length=1, max_length=2**16)]
 Tables = Annotated[tuple[Name, ...], Field(min_length=1, max_length=100_000)]
 Group = Annotated[tuple[Name, ...], Field(min_length=2, max_length=100_000)]
+# A slower rank (an older or throttled GPU): its lookups take 1/speed as long. No rank is faster
+# than the profile: the lower bound assumes none is.
+Speed = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, config=STRICT)
 class RankSpec:
-    """Ranks that differ from the topology's: their HBM and the bytes they hold back."""
+    """Ranks that differ from the topology's: their HBM, the bytes they hold back, their speed."""
 
     ranks: Ranks
     hbm_cap: Optional[Size] = None
     reserved: Size = 0
+    speed: Speed = 1.0
 
 
 @dataclass(frozen=True, config=STRICT)

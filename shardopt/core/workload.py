@@ -188,7 +188,7 @@ class Topology:
     intra_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
     inter_host_bw: Optional[PositiveFloat] = None  # GB/s per rank
     comm_latency_us: Optional[NonNegativeFloat] = None
-    # Ranks unlike the rest (their own HBM, reserved bytes); core/placement.py.
+    # Ranks unlike the rest (their own HBM, reserved bytes, speed); core/placement.py.
     ranks: Optional[Annotated[tuple[RankSpec, ...], Field(min_length=1, max_length=MAX_WORLD)]] = None
 
     @cached_property
@@ -201,10 +201,20 @@ class Topology:
                     caps[rank] = (self.hbm_cap if spec.hbm_cap is None else spec.hbm_cap) - spec.reserved
         return tuple(caps)
 
+    @cached_property
+    def rank_speeds(self) -> tuple[float, ...]:
+        """Each rank's compute speed against the hardware profile (1: as profiled; slower below)."""
+        speeds = [1.0] * self.world_size
+        for spec in self.ranks or ():
+            for rank in spec.ranks:
+                if rank < self.world_size:
+                    speeds[rank] = spec.speed
+        return tuple(speeds)
+
     @property
     def uniform(self) -> bool:
         """Every rank alike: ranks are then interchangeable."""
-        return not self.ranks or set(self.rank_caps) == {self.hbm_cap}
+        return not self.ranks or (set(self.rank_caps) == {self.hbm_cap} and set(self.rank_speeds) == {1.0})
 
     @property
     def ranks_per_host(self) -> int:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
@@ -278,8 +278,8 @@ class AnalyticCostModel(CostModel):
 
         workload, tables = expand(workload, tables)
         if self.comm_curves(workload) is not None:  # a rank's traffic depends on every rank's
-            return self.placed_breakdown(workload, tables)[rank]
-        return self._placed(workload, tables, rank)[0]
+            return slowed(workload, self.placed_breakdown(workload, tables)[rank])
+        return slowed(workload, self._placed(workload, tables, rank)[0])
 
     def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         return self._placed(workload, tables)

@@ -3,6 +3,8 @@ or replay asks of a model is declared here, with the default an additive model w
 
 from __future__ import annotations
 
+import dataclasses
+
 import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Sequence
@@ -81,13 +83,26 @@ class CostModel(abc.ABC):
     def breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         """The per-rank breakdown of a whole plan, one entry per rank in order. Hot-row tables
         are expanded here, once, into their replicated head and sharded tail."""
-        return self.placed_breakdown(*expand(workload, tables))
+        rows = self.placed_breakdown(*expand(workload, tables))
+        return [slowed(workload, row) for row in rows] if workload.topology.ranks else rows
 
     def rank_breakdown(self, workload: Workload, tables: Sequence[TablePlan], rank: int) -> RankBreakdown:
         """One rank's entry of :meth:`breakdown` (a repair re-scores one rank at a time); a model
-        that prices a rank from its own shards alone answers without pricing the others."""
+        that prices a rank from its own shards alone answers without pricing the others (and
+        passes its answer through :func:`slowed`)."""
         return self.breakdown(workload, tables)[rank]
 
     @abc.abstractmethod
     def placed_breakdown(self, workload: Workload, tables: Sequence[TablePlan]) -> list[RankBreakdown]:
         """:meth:`breakdown` of a plan whose tables are all plain (hot rows already expanded)."""
+
+
+def slowed(workload: Workload, row: RankBreakdown) -> RankBreakdown:
+    """A rank's breakdown on a rank slower than the profile (``topology.ranks[].speed``): its
+    lookups take 1/speed as long; its all-to-all is the links', unchanged."""
+    speed = workload.topology.rank_speeds[row.rank] if row.rank < workload.topology.world_size else 1.0
+    if speed == 1.0:
+        return row
+    fwd, bwd = row.fwd_compute_ms / speed, row.bwd_compute_ms / speed
+    return dataclasses.replace(row, fwd_compute_ms=fwd, bwd_compute_ms=bwd,
+                               total_ms=fwd + bwd + row.fwd_comm_ms + row.bwd_comm_ms)

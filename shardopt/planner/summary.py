@@ -57,10 +57,14 @@ def placement_lines(workload: Workload) -> list[str]:
         more = f"; and {len(workload.placement) - 6} more" if len(workload.placement) > 6 else ""
         out.append(f"placement: {len(workload.placement)} rule{'s' if len(workload.placement) > 1 else ''}"
                    f" kept ({rules}{more})")
-    if not topo.uniform:
-        unlike = [(r, c) for r, c in enumerate(topo.rank_caps) if c != topo.hbm_cap]
+    unlike = [(r, c) for r, c in enumerate(topo.rank_caps) if c != topo.hbm_cap] if topo.ranks else []
+    if unlike:
         out.append("ranks with their own HBM for shards: " + ", ".join(
             f"rank {r} {format_bytes(c)}" for r, c in unlike[:8]) + (" ..." if len(unlike) > 8 else ""))
+    slow = [(r, s) for r, s in enumerate(topo.rank_speeds) if s != 1.0] if topo.ranks else []
+    if slow:
+        out.append("slower ranks (lookups priced at 1/speed): " + ", ".join(
+            f"rank {r} x{s:g}" for r, s in slow[:8]) + (" ..." if len(slow) > 8 else ""))
     return out
 
 

@@ -47,6 +47,7 @@ class _Ranks:
     kinds: list[Counter] = field(default_factory=list)
     free_ddr: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per host; none without a ddr_cap
     local: int = 1
+    slow: np.ndarray = field(default_factory=lambda: np.ones(0))  # per rank, 1/speed: lookups take longer
 
     @classmethod
     def empty(cls, workload: Workload) -> "_Ranks":
@@ -54,7 +55,13 @@ class _Ranks:
         world = topo.world_size
         ddr = 0.0 if topo.ddr_cap is None else float(topo.ddr_cap)
         return cls(np.zeros(world), np.array(topo.rank_caps, dtype=np.int64),
-                   [Counter() for _ in range(world)], np.full(topo.num_hosts, ddr), topo.ranks_per_host)
+                   [Counter() for _ in range(world)], np.full(topo.num_hosts, ddr), topo.ranks_per_host,
+                   1.0 / np.array(topo.rank_speeds))
+
+    def ms(self, cost: ShardCost, rank=slice(None)):
+        """The piece's milliseconds on ``rank`` (every rank, as a vector, by default)."""
+        compute = cost.fwd_compute_ms + cost.bwd_compute_ms
+        return cost.total_ms + compute * (self.slow[rank] - 1.0)
 
     def room(self, rank: int, cost: ShardCost) -> bool:
         return bool(cost.hbm_bytes <= self.free_bytes[rank] and cost.ddr_bytes <= self.free_ddr[rank // self.local])
@@ -65,7 +72,7 @@ class _Ranks:
         return (self.free_bytes >= cost.hbm_bytes) & (self.free_ddr[hosts] >= cost.ddr_bytes)
 
     def take(self, rank: int, kind: str, cost: ShardCost, sign: int = 1) -> None:
-        self.load_ms[rank] += sign * cost.total_ms
+        self.load_ms[rank] += sign * self.ms(cost, rank)
         self.free_bytes[rank] -= sign * cost.hbm_bytes
         self.free_ddr[rank // self.local] -= sign * cost.ddr_bytes
         self.kinds[rank][kind] += sign
@@ -205,7 +212,7 @@ def _place(
 
 def _load_with(workload: Workload, model: CostModel, ranks: _Ranks, rank: int, kind: str, cost: ShardCost) -> float:
     kinds = set(ranks.kinds[rank]) | {kind}
-    return ranks.load_ms[rank] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
+    return ranks.load_ms[rank] + ranks.ms(cost, rank) + model.rank_overhead_ms(workload, kinds)
 
 
 def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]], guard: RankGuard | None) -> None:
@@ -293,7 +300,7 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
         pool = pool if pool.any() else fits
         if kind not in overheads:
             overheads[kind] = ranks.overheads_with(workload, model, kind)
-        total = np.where(pool, ranks.load_ms + cost.total_ms + overheads[kind], np.inf)
+        total = np.where(pool, ranks.load_ms + ranks.ms(cost) + overheads[kind], np.inf)
         rank = int(np.argmin(total))  # the first of the least loaded
         ranks.take(rank, kind, cost)
         if guard is not None:
@@ -357,7 +364,7 @@ def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, r
                     if dest // ranks.local != worst // ranks.local and not ranks.room(dest, cost):
                         continue
                     kinds = set(+ranks.kinds[dest]) | {cand.sharding_type}
-                    after = ranks.load_ms[dest] + cost.total_ms + model.rank_overhead_ms(workload, kinds)
+                    after = ranks.load_ms[dest] + ranks.ms(cost, dest) + model.rank_overhead_ms(workload, kinds)
                     if after < totals[worst] - 1e-9:
                         moves.append((after, name, i, dest, cost, cand.sharding_type))
         if not moves:

@@ -106,9 +106,11 @@ class IlpModel:
 
     def _charge(self, name, rank, cost, literal, pin=None, sent_bytes=None) -> None:
         """Charge ``rank`` the shard's phases, bytes and memory when ``literal`` holds."""
+        slow = 1.0 / self.workload.topology.rank_speeds[rank]  # a slower rank's lookups take longer
         for i, ms in enumerate(rank_phases(cost)):
             if self.curves is not None and PHASES[i].endswith("comm_ms"):
                 continue  # read off the curves in _add_comm_curves
+            ms = ms * slow if PHASES[i].endswith("compute_ms") else ms
             if ms:
                 self.load[rank][i].append((int(round(ms * self.scale)), literal))
         if self.curves is not None:

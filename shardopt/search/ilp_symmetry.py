@@ -1,5 +1,5 @@
 """Symmetry of the CP-SAT model: ranks that are interchangeable (same host, same pinned load,
-same cap) are ordered, so the solver sees one of each set of relabelled plans; a hint is relabelled
+same cap and speed) are ordered, so the solver sees one of each set of relabelled plans; a hint is relabelled
 to meet the order."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def break_symmetry(model, workload: Workload, costs, pinned) -> None:
     local = topo.ranks_per_host
     classes: dict[tuple, list[int]] = {}
     for rank in range(topo.world_size):
-        signature = (rank // local, topo.rank_caps[rank], tuple(sorted(pinned[rank], key=repr)))
+        signature = (rank // local, topo.rank_caps[rank], topo.rank_speeds[rank], tuple(sorted(pinned[rank], key=repr)))
         classes.setdefault(signature, []).append(rank)
     model.classes = [ranks for ranks in classes.values() if len(ranks) > 1]
     model.order = _table_order(costs)

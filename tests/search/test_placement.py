@@ -173,3 +173,17 @@ def test_random_rules_give_a_plan_that_keeps_them_or_a_minimal_infeasible_explan
         return
     assert check_plan(workload, plan).valid
     assert not placement_violations(workload, plan.tables)
+
+
+@pytest.mark.parametrize("search", ["ilp", "greedy"])
+def test_a_slower_rank_gets_less_to_look_up_and_is_priced_slower(search):
+    workload, even = _workload(ranks=[{"ranks": [0], "speed": 0.25}]), _workload()
+    engine = IlpSearch(time_limit_s=1.0) if search == "ilp" else GreedySearch(repair_s=0.2)
+    plan = _plan(workload, engine)
+    slow, same = MODEL.breakdown(workload, plan.tables), MODEL.breakdown(even, plan.tables)
+    # Rank 0's lookups take four times as long; its all-to-all and the other ranks are unchanged.
+    assert slow[0].fwd_compute_ms == pytest.approx(4 * same[0].fwd_compute_ms)
+    assert slow[0].bwd_comm_ms == pytest.approx(same[0].bwd_comm_ms) and slow[1:] == same[1:]
+    compute = [r.fwd_compute_ms + r.bwd_compute_ms for r in same]  # at the profile's speed
+    assert compute[0] < 0.5 * sum(compute[1:]) / 3  # the plan gives the slow rank less work
+    assert [r.total_ms for r in plan.predicted.per_rank] == [r.total_ms for r in slow]
