@@ -49,9 +49,9 @@ class Pin:
             raise ValueError("a pin names ranks or hosts (one of the two)")
 
     def describe(self) -> str:
-        where = f"rank{'s' if len(self.ranks) > 1 else ''} {_listed(self.ranks)}" if self.ranks is not None \
-            else f"host{'s' if len(self.hosts) > 1 else ''} {_listed(self.hosts)}"
-        return f"pin of {_listed(self.tables)} to {where}"
+        where = f"rank{'s' if len(self.ranks) > 1 else ''} {listed(self.ranks)}" if self.ranks is not None \
+            else f"host{'s' if len(self.hosts) > 1 else ''} {listed(self.hosts)}"
+        return f"pin of {listed(self.tables)} to {where}"
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -62,7 +62,7 @@ class Colocate:
     tables: Group
 
     def describe(self) -> str:
-        return f"colocation of {_listed(self.tables)}"
+        return f"colocation of {listed(self.tables)}"
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -73,13 +73,13 @@ class Apart:
     tables: Group
 
     def describe(self) -> str:
-        return f"keeping {_listed(self.tables)} apart"
+        return f"keeping {listed(self.tables)} apart"
 
 
 Rule = Annotated[Union[Pin, Colocate, Apart], Field(discriminator="kind")]
 
 
-def _listed(items) -> str:
+def listed(items) -> str:
     items = [str(i) for i in items]
     return ", ".join(items) if len(items) <= 4 else f"{', '.join(items[:3])} and {len(items) - 3} more"
 

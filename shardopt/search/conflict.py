@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.placement import pin_ranks
 from shardopt.core.errors import ShardoptError
-from shardopt.core.placement import Pin
+from shardopt.core.placement import Pin, listed
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import SHARDING_TYPES, Workload
 from shardopt.costmodel.base import CostModel
@@ -28,7 +28,7 @@ from shardopt.search.candidates import TORCHREC_TYPES, table_candidates
 # the wall clock only guards. The explanation makes a few solves per member.
 SOLVE_WORK = 5.0
 WALL_GUARD_S = 60.0
-MAX_LITERALS = 2_000_000  # placements beyond this: no explanation (the model alone would take minutes)
+MAX_LITERALS = 400_000  # placements beyond this (as IlpSearch.max_variables): no explanation, the search's own words
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class _Feasibility:
         self.ddr = [[] for _ in range(topo.num_hosts)]
         self.on: dict[tuple[str, int], list] = {}
         self.choose: dict[str, list[tuple]] = {}
+        self.least: dict[str, int] = {}  # per table, the fewest HBM bytes a cut it allows holds
         self.size = 0
         types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
         for table in workload.tables:
@@ -80,10 +81,13 @@ class _Feasibility:
             x = self.cp.new_bool_var(f"x[{table.name},{c}]")
             xs.append(x)
             self.choose.setdefault(table.name, []).append((x, cand))
+            costs = piece_costs(self.workload, cost_model, cand)
             if cand.sharding_type not in table.allowed_sharding_types or (
                     table.compute_kernels is not None and cand.compute_kernel not in table.compute_kernels):
                 self.cp.add(x == 0).only_enforce_if(self.guard(("allow", table.name)))
-            costs = piece_costs(self.workload, cost_model, cand)
+            else:
+                held = sum(cost.hbm_bytes for cost in costs)
+                self.least[table.name] = min(self.least.get(table.name, held), held)
             if cand.placement == "fixed":
                 for rank, cost in enumerate(costs):
                     self._put(table.name, rank, cost, x)
@@ -203,6 +207,14 @@ def find_conflict(workload: Workload, cost_model: CostModel, which: str = "all")
         return None
     keys = sorted(model.guards)
     status, solver = model.solve(keys)
+    if status == cp_model.UNKNOWN:
+        # Too big to decide in the time: the plain count that a pin's tables outweigh its ranks.
+        overflow = _pinned_overflow(workload, model)
+        if overflow is None:
+            return None
+        core, ranks, need = overflow
+        members = tuple(_requirement(workload, model, key, core) for key in core)
+        return Conflict(members, _line(workload, model, members, core, keys, need), minimal=False)
     if status != cp_model.INFEASIBLE:
         return None
     by_lit = {model.guards[k].index: k for k in keys}
@@ -238,27 +250,47 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
                            + (f" (compute_kernels {list(table.compute_kernels)})" if table.compute_kernels else ""),
                            f"allow {extra} for {what}")
     rule = workload.placement[what]
-    fix = (f"unpin {', '.join(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]")
+    fix = f"unpin {listed(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]"
     return Requirement(key, rule.describe(), fix)
 
 
-def _line(workload: Workload, model: _Feasibility, members, core: list, keys: list) -> str:
+def _pinned_overflow(workload: Workload, model: _Feasibility) -> Optional[tuple[list, list[int], int]]:
+    """A pin whose tables need more HBM than its ranks hold together, with the bytes per rank."""
+    caps = workload.topology.rank_caps
+    for i, rule in enumerate(workload.placement):
+        if isinstance(rule, Pin):
+            ranks = sorted(pin_ranks(workload, rule))
+            need = sum(model.least.get(name, 0) for name in rule.tables)
+            if need > sum(caps[r] for r in ranks):
+                core = [("rule", i)] + [("hbm", r) for r in ranks if ("hbm", r) in model.guards]
+                return core, ranks, -(-need // len(ranks))
+    return None
+
+
+def _line(workload: Workload, model: _Feasibility, members, core: list, keys: list,
+          at_least: Optional[int] = None) -> str:
     ranks = [k[1] for k in core if k[0] == "hbm"]
     texts = [m.text for m in members if m.key[0] != "hbm"]
     fixes = list(dict.fromkeys(m.fix for m in members if m.fix))
     need = ""
     if ranks:
         texts.append(_caps_text(workload, ranks))
-        status, solver = model.solve([k for k in keys if not (k[0] == "hbm" and k[1] in ranks)], ranks)
+        if at_least is not None:
+            status, value = cp_model.FEASIBLE, at_least
+        else:
+            status, solver = model.solve([k for k in keys if not (k[0] == "hbm" and k[1] in ranks)], ranks)
+            value = int(solver.objective_value) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            value = int(solver.objective_value)
-            need = f": {_ranks_text(ranks)} need{'s' if len(ranks) == 1 else ''} {format_bytes(value)}"
+            each = " each" if len(ranks) > 1 and at_least is not None else ""
+            need = (f": {_ranks_text(ranks)} need{'s' if len(ranks) == 1 else ''}"
+                    f"{' at least' if at_least is not None else ''} {format_bytes(value)}{each}")
             topo = workload.topology
+            least = " at least" if at_least is not None else ""
             if all(topo.rank_caps[r] == topo.hbm_cap for r in ranks):
                 fixes.append(f"raise hbm_cap{' of ' + _ranks_text(ranks) if len(ranks) < topo.world_size else ''}"
-                             f" to {format_bytes(value)}")
+                             f" to{least} {format_bytes(value)}")
             else:
-                fixes.append(f"give {_ranks_text(ranks)} {format_bytes(value)} for shards (topology.ranks:"
+                fixes.append(f"give {_ranks_text(ranks)}{least} {format_bytes(value)} for shards (topology.ranks:"
                              " hbm_cap less reserved)")
     joined = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " and " + texts[-1]
     verb = "leaves no plan" if len(texts) == 1 else "conflict"

@@ -193,3 +193,14 @@ def test_a_slower_rank_gets_less_to_look_up_and_is_priced_slower(search):
     compute = [r.fwd_compute_ms + r.bwd_compute_ms for r in same]  # at the profile's speed
     assert compute[0] < 0.5 * sum(compute[1:]) / 3  # the plan gives the slow rank less work
     assert [r.total_ms for r in plan.predicted.per_rank] == [r.total_ms for r in slow]
+
+
+def test_a_conflict_too_big_to_decide_in_time_is_still_named_by_its_bytes(monkeypatch):
+    import shardopt.search.conflict as conflict
+
+    workload = _workload([{"kind": "pin", "tables": [f"t{i}" for i in range(6)], "ranks": [3]}], cap="16MB")
+    monkeypatch.setattr(conflict, "SOLVE_WORK", 1e-9)  # no solve decides: the plain count speaks
+    found = conflict.find_conflict(workload, MODEL, DEFAULT_CANDIDATES)
+    assert found is not None and not found.minimal
+    assert [m.key for m in found.members] == [("rule", 0), ("hbm", 3)]
+    assert "rank 3 needs at least" in found.line and "raise hbm_cap of rank 3 to at least" in found.line
