@@ -1,5 +1,5 @@
-"""Why no plan exists, said with numbers: what the greedy could not place, and (with CP-SAT) the
-smallest set of the workload's requirements that conflict."""
+"""What the greedy could not place, said with numbers and fixes (the smallest conflicting set of
+requirements, found with CP-SAT, is ``conflict.py``'s)."""
 
 from __future__ import annotations
 
