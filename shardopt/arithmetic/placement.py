@@ -8,6 +8,7 @@ rule a plan breaks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Sequence
 
 from shardopt.core.placement import Apart, Colocate, Pin
@@ -39,17 +40,10 @@ class PlacementRules:
                 apart.append(tuple(rule.tables))
         return cls(allowed, _merged(colocate), tuple(apart))
 
-    @property
-    def any(self) -> bool:
-        return bool(self.allowed or self.colocate or self.apart)
-
-    @property
+    @cached_property
     def grouped(self) -> frozenset[str]:
+        """Tables in a colocated or separated group (asked for every placement literal)."""
         return frozenset(name for group in self.colocate + self.apart for name in group)
-
-    def bound(self) -> frozenset[str]:
-        """Tables a rule names: local searches leave them where the search put them."""
-        return frozenset(self.allowed) | self.grouped
 
     def may_hold(self, name: str, rank: int) -> bool:
         ranks = self.allowed.get(name)
@@ -80,6 +74,8 @@ def pin_ranks(workload: Workload, rule: Pin) -> frozenset[int]:
 
 def placement_violations(workload: Workload, tables: Sequence[TablePlan]) -> list[str]:
     """One line per rule the plan breaks, naming the rule and the rank."""
+    if not workload.placement:
+        return []
     ranks_of = {tp.name: sorted({s.rank for s in tp.shards}) for tp in tables}
     out = []
     for i, rule in enumerate(workload.placement):

@@ -22,7 +22,8 @@ from shardopt.core.placement import Pin, listed
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import SHARDING_TYPES, Workload
 from shardopt.costmodel.base import CostModel
-from shardopt.search.candidates import TORCHREC_TYPES, table_candidates
+from shardopt.search.candidates import TORCHREC_TYPES, piece_costs, table_candidates
+from shardopt.search.ilp_placement import add_group, holding
 
 # Per feasibility solve, in CP-SAT's deterministic seconds (the same answer on a busy machine);
 # the wall clock only guards. The explanation makes a few solves per member.
@@ -74,8 +75,6 @@ class _Feasibility:
         return self.guards[key]
 
     def _add_table(self, table, cands, cost_model: CostModel) -> None:
-        from shardopt.search.candidates import piece_costs
-
         xs = []
         for c, cand in enumerate(cands):
             x = self.cp.new_bool_var(f"x[{table.name},{c}]")
@@ -138,16 +137,7 @@ class _Feasibility:
                     self.guard(("ddr", host)))
 
     def _add_rules(self) -> None:
-        held: dict[tuple[str, int], cp_model.IntVar] = {}
-
-        def holds(name: str, rank: int):
-            if (name, rank) not in held:
-                var = self.cp.new_bool_var("")
-                lits = self.on.get((name, rank), [])
-                self.cp.add_max_equality(var, lits) if lits else self.cp.add(var == 0)
-                held[name, rank] = var
-            return held[name, rank]
-
+        holds = holding(self.cp, lambda name, rank: self.on.get((name, rank), []))
         for i, rule in enumerate(self.workload.placement):
             g = self.guard(("rule", i))
             if isinstance(rule, Pin):
@@ -158,13 +148,7 @@ class _Feasibility:
                             for lit in self.on.get((name, rank), []):
                                 self.cp.add(lit == 0).only_enforce_if(g)
                 continue
-            for rank in range(self.world):
-                lits = [holds(name, rank) for name in rule.tables]
-                if rule.kind == "colocate":
-                    for lit in lits[1:]:
-                        self.cp.add(lit == lits[0]).only_enforce_if(g)
-                else:
-                    self.cp.add(sum(lits) <= 1).only_enforce_if(g)
+            add_group(self.cp, holds, rule.kind, rule.tables, self.world, enforce=g)
 
     def solve(self, keys, minimise_hbm: Optional[list[int]] = None):
         """(status, solver) with the requirements ``keys`` assumed; with ``minimise_hbm``, those

@@ -13,6 +13,7 @@ import numpy as np
 
 from shardopt.arithmetic.placement import PlacementRules
 from shardopt.core.errors import ErrorKind, ShardoptError
+from shardopt.core.placement import Pin
 from shardopt.core.workload import Workload
 from shardopt.search.explain import Unplaceable
 
@@ -20,34 +21,31 @@ from shardopt.search.explain import Unplaceable
 def pinned_cuts(workload: Workload, candidates: dict, costs: dict) -> None:
     """Drop, in place, the cuts a pinned table cannot take on its ranks: pieces fixed to ranks it
     may not use, more pieces than it has ranks, a host-bound cut on no host it may use whole."""
-    rules = PlacementRules.of(workload)
     topo = workload.topology
     local = topo.ranks_per_host
-    for rule in workload.placement:
-        for name in rule.tables:
-            allowed = rules.allowed.get(name)
-            if allowed is None or name not in candidates:
-                continue
-            keep = []
-            for i, cand in enumerate(candidates[name]):
-                n = len(cand.pieces)
-                if cand.placement == "fixed":
-                    ok = all(r in allowed for r in range(n))
-                elif cand.placement == "host":
-                    per_host = [sum(r in allowed for r in range(h * local, (h + 1) * local))
-                                for h in range(topo.num_hosts)]
-                    ok = max(per_host) >= (local if cand.sharding_type == "table_row_wise" else n)
-                else:
-                    ok = n <= len(allowed)
-                if ok:
-                    keep.append(i)
-            if not keep:
-                raise ShardoptError(
-                    f"{rule.describe()}: no cut of table {name!r} fits on {len(allowed)} rank(s)"
-                    f" {sorted(allowed)[:8]} (its sharding_types {list(workload.table(name).allowed_sharding_types)});"
-                    " pin it to more ranks or allow table_wise", kind=ErrorKind.INFEASIBLE)
-            candidates[name] = [candidates[name][i] for i in keep]
-            costs[name] = [costs[name][i] for i in keep]
+    for name, allowed in PlacementRules.of(workload).allowed.items():
+        if name not in candidates:
+            continue
+        on_host = max(sum(r in allowed for r in range(h * local, (h + 1) * local)) for h in range(topo.num_hosts))
+        keep = []
+        for i, cand in enumerate(candidates[name]):
+            n = len(cand.pieces)
+            if cand.placement == "fixed":
+                ok = all(r in allowed for r in range(n))
+            elif cand.placement == "host":
+                ok = on_host >= (local if cand.sharding_type == "table_row_wise" else n)
+            else:
+                ok = n <= len(allowed)
+            if ok:
+                keep.append(i)
+        if not keep:
+            pins = "; ".join(r.describe() for r in workload.placement if isinstance(r, Pin) and name in r.tables)
+            raise ShardoptError(
+                f"{pins}: no cut of table {name!r} fits on {len(allowed)} rank(s) {sorted(allowed)[:8]} (its"
+                f" sharding_types {list(workload.table(name).allowed_sharding_types)}); pin it to more ranks or"
+                " allow table_wise", kind=ErrorKind.INFEASIBLE)
+        candidates[name] = [candidates[name][i] for i in keep]
+        costs[name] = [costs[name][i] for i in keep]
 
 
 class RankGuard:
