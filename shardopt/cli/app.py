@@ -3,6 +3,10 @@
 Every way out is one of the exit codes of :mod:`shardopt.core.errors`, with at most one line on
 stderr: a ShardoptError, a click usage error, an interrupt (SIGINT, SIGTERM) and, should one slip
 through, an internal error (exit 70, with the traceback only under SHARDOPT_DEBUG=1).
+
+Warnings (a model from another machine, a plan predicted with other comm) speak of a result, so
+they are held and printed once the command has one (exit 0 or 1); a command that fails prints its
+one error line and nothing else, whatever the machine it runs on.
 """
 
 from __future__ import annotations
@@ -32,6 +36,22 @@ class Interrupted(Exception):
     """A command stopped by SIGINT or SIGTERM; the message says what was kept."""
 
 
+_PENDING: list[str] = []  # this command's warnings, printed only if it ends with a result
+
+
+def warn(text: str) -> None:
+    """A warning about the result being made: printed when the command ends with one."""
+    line = f"warning: {one_line(text)}"
+    if line not in _PENDING:
+        _PENDING.append(line)
+
+
+def _flush_warnings() -> None:
+    for line in _PENDING:
+        click.echo(line, err=True)
+    _PENDING.clear()
+
+
 # click >= 8.2 raises this for a group called with no command (older clicks print help themselves).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -42,9 +62,14 @@ class ShardoptGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         # SIGTERM as Ctrl-C, so that every ``finally`` (temp files, workers) runs; both noted.
         previous = install_interrupt_handlers()
+        _PENDING.clear()
         try:
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                 standalone_mode=False, **extra)
+        except SystemExit as exc:  # a command's own exit 1 (validate, check-moves, gate): a result
+            if exc.code in (0, 1, None):
+                _flush_warnings()
+            raise
         except Interrupted as exc:
             click.echo(f"interrupted: {exc}", err=True)
             sys.exit(EXIT_INTERRUPTED)
@@ -77,7 +102,11 @@ class ShardoptGroup(click.Group):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        sys.exit(code if isinstance(code, int) else 0)
+        code = code if isinstance(code, int) else 0
+        if code in (0, 1):
+            _flush_warnings()
+        _PENDING.clear()
+        sys.exit(code)
 
     def invoke(self, ctx):
         # click turns KeyboardInterrupt into Abort after printing a blank line; keep it one line.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from shardopt.cli.app import Interrupted, command_line, main
+from shardopt.cli.app import Interrupted, command_line, main, warn
 from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.core.errors import ShardoptError
 
@@ -214,8 +214,8 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
     else:
         predicted_name, predicted_ranks = predicted.cost_model, list(predicted.per_rank)
         if predicted.comm_source and predicted.comm_source != comm.name:
-            click.echo(f"warning: {plan_file}: predicted with comm from {predicted.comm_source};"
-                       f" replay takes it from {comm.name}", err=True)
+            warn(f"{plan_file}: predicted with comm from {predicted.comm_source};"
+                 f" replay takes it from {comm.name}")
     started = time.perf_counter()
     try:
         result = replay_plan(

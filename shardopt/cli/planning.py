@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from shardopt.cli.app import main
+from shardopt.cli.app import main, warn
 from shardopt.cli.options import COMM_PROFILE_HELP, model_path, plan_config_options
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ShardoptError
@@ -45,7 +45,7 @@ def plan(workload: Path, output: Path | None, config: PlanConfig, quiet: bool, e
                  parent_may_be_created=make_folder)
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
     try:
         result = plan_with(wl, config, cost_model=model, sha256=sha, source=str(workload))
     except ShardoptError as exc:
@@ -77,7 +77,7 @@ def validate(workload: Path, plan_file: Path) -> None:
     plan_obj = read_plan(plan_file)
     report = check_plan(wl, plan_obj, sha)
     for warning in report.warnings:
-        click.echo(f"warning: {plan_file}: {warning}", err=True)
+        warn(f"{plan_file}: {warning}")
     if report.valid:
         click.echo(f"{plan_file}: valid plan for {workload} ({len(plan_obj.tables)} tables)")
         return
@@ -110,7 +110,7 @@ def evaluate(workload: Path, plan_file: Path, cost_model: str, comm_profile: Pat
     profile = load_comm_profile(str(comm_profile)) if comm_profile is not None else None
     model, warnings = resolve_cost_model(cost_model, wl, profile)
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
     per_rank = model.breakdown(wl, plan_obj.tables)
     comm = model.comm_choice(wl).label
     if as_json:
@@ -177,6 +177,6 @@ def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int) ->
     model, notes = resolve_model(config, wl)
     comm = comm_for(wl, model) if do_replay else None
     for note in notes:
-        click.echo(f"warning: {note}", err=True)
+        warn(note)
     result = compare_with_torchrec(wl, model, config, sha256=sha, rounds=rounds if do_replay else 0, comm=comm)
     click.echo(comparison_text(result))

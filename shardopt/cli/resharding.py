@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from shardopt.cli.app import main
+from shardopt.cli.app import main, warn
 from shardopt.cli.options import check_size_option, model_path, plan_config_options
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ShardoptError
@@ -71,7 +71,7 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     wl, sha = read_workload(workload)
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
     start = replan_start(old, wl, config, cost_model=model, sha256=sha, source=str(workload))
     if frontier:
         points = move_frontier(old, wl, config, cost_model=model, sha256=sha, source=str(workload), start=start,
