@@ -39,33 +39,128 @@ def rank_phases(r) -> Phases:
     return (r.fwd_compute_ms, r.fwd_comm_ms, r.bwd_compute_ms, r.bwd_comm_ms)
 
 
+COMPUTE = (0, 2)  # the lookups' phases in PHASES; the others are all-to-alls
+ROBUST_TIE = 1e-3  # the nominal step's weight beside the robust one: it breaks ties
+
+
 @dataclass(frozen=True)
 class Objective:
     """What a search minimises: the critical path of a step, or the bottleneck rank's total."""
 
     name: ObjectiveName
 
-    def score(self, ranks: Sequence[Phases]) -> float:
+    @property
+    def robust(self) -> bool:
+        return False
+
+    def score(self, ranks: Sequence[Phases], penalty: float = 0.0) -> float:
+        """The plan's score from its ranks' phases; ``penalty``: milliseconds of lookups its cuts
+        are expected to add to the step (a robust objective's, :class:`RobustObjective`)."""
         if not ranks:
             return 0.0
         if self.name == "bottleneck":
-            return max(sum(p) for p in ranks)
-        return sum(max(p[i] for p in ranks) for i in range(len(PHASES)))
+            return max(sum(p[:len(PHASES)]) for p in ranks)
+        return self.score_peaks([max(p[i] for p in ranks) for i in range(len(PHASES))], penalty)
 
-    def sources(self, ranks: Sequence[Phases]) -> list[tuple[int, Phases]]:
+    def score_peaks(self, peaks: Sequence[float], penalty: float = 0.0) -> float:
+        """The critical path's score from each phase's slowest rank."""
+        return float(sum(peaks[:len(PHASES)]))
+
+    def score_rows(self, peaks, penalty: float = 0.0):
+        """:meth:`score_peaks` of every row of an array of peaks (a vectorised search's trials)."""
+        import numpy as np
+
+        return np.asarray(peaks)[:, :len(PHASES)].sum(axis=1)
+
+    def phase_weights(self, peaks: Sequence[float], penalty: float = 0.0) -> Phases:
+        """How much the score grows per millisecond of each phase's slowest rank."""
+        return (1.0, 1.0, 1.0, 1.0)
+
+    def sources(self, ranks: Sequence[Phases], penalty: float = 0.0) -> list[tuple[int, Phases]]:
         """Ranks to move shards off, each with the weight of every phase in weighing its shards:
         the bottleneck rank, all phases alike; or each phase's slowest rank, its phases that are
-        slowest. Heaviest first, each rank once."""
+        slowest (weighed as the score weighs them). Heaviest first, each rank once."""
         world = range(len(ranks))
         if self.name == "bottleneck":
             worst = max(world, key=lambda r: (sum(ranks[r]), -r))
             return [(worst, (1.0,) * len(PHASES))]
+        peaks = [max(p[i] for p in ranks) for i in range(len(PHASES))]
+        scale = self.phase_weights(peaks, penalty)
         weights: dict[int, list[float]] = {}
         for i in range(len(PHASES)):
             slowest = max(world, key=lambda r: (ranks[r][i], -r))
-            weights.setdefault(slowest, [0.0] * len(PHASES))[i] = 1.0
+            weights.setdefault(slowest, [0.0] * len(PHASES))[i] = scale[i]
         order = sorted(weights, key=lambda r: (-sum(w * x for w, x in zip(weights[r], ranks[r])), r))
         return [(r, tuple(weights[r])) for r in order]
+
+
+@dataclass(frozen=True)
+class RobustObjective(Objective):
+    """The step as it may turn out when the cost model is wrong (``--robust``).
+
+    Two doubts (:mod:`shardopt.costmodel.uncertainty` sizes them from the model's provenance):
+    - compute against communication: the step is scored at each of ``scales`` (the lookups'
+      phases times the scale), as its ratio to a ``balanced`` plan's step at that scale (its
+      regret), the worst of them kept, in milliseconds of the step at scale 1;
+    - each table's lookups off by its own error: a cut's pieces add, in expectation, what their
+      variance adds to the slowest rank (``variance``: each table's weight on its pieces'
+      squared milliseconds, forward and backward), passed in as the plan's ``penalty``.
+    The nominal step breaks ties (``ROBUST_TIE``).
+    """
+
+    scales: tuple[float, ...] = (1.0,)
+    balanced: tuple[float, float] = (1.0, 0.0)  # (lookups, all-to-alls) of a balanced plan's step
+    variance: tuple[tuple[str, float, float], ...] = ()
+
+    @property
+    def robust(self) -> bool:
+        return True
+
+    def factors(self) -> list[tuple[float, float]]:
+        """Per scale, the score's weight on (lookups, all-to-alls): scale and 1 over the regret's base."""
+        compute, comm = self.balanced
+        unit = compute + comm
+        return [(s * unit / (s * compute + comm), unit / (s * compute + comm)) for s in self.scales]
+
+    def _worst(self, compute: float, comm: float) -> tuple[float, int]:
+        values = [a * compute + b * comm for a, b in self.factors()]
+        worst = max(range(len(values)), key=lambda i: (values[i], -i))
+        return values[worst], worst
+
+    def score_peaks(self, peaks: Sequence[float], penalty: float = 0.0) -> float:
+        compute = peaks[COMPUTE[0]] + peaks[COMPUTE[1]]
+        comm = sum(peaks[:len(PHASES)]) - compute
+        return self._worst(compute + penalty, comm)[0] + ROBUST_TIE * (compute + comm)
+
+    def score_rows(self, peaks, penalty: float = 0.0):
+        import numpy as np
+
+        peaks = np.asarray(peaks)
+        compute = peaks[:, COMPUTE[0]] + peaks[:, COMPUTE[1]]
+        comm = peaks[:, :len(PHASES)].sum(axis=1) - compute
+        worst = np.max([a * (compute + penalty) + b * comm for a, b in self.factors()], axis=0)
+        return worst + ROBUST_TIE * (compute + comm)
+
+    def phase_weights(self, peaks: Sequence[float], penalty: float = 0.0) -> Phases:
+        compute = peaks[COMPUTE[0]] + peaks[COMPUTE[1]]
+        _, worst = self._worst(compute + penalty, sum(peaks[:len(PHASES)]) - compute)
+        a, b = self.factors()[worst]
+        return (a + ROBUST_TIE, b + ROBUST_TIE, a + ROBUST_TIE, b + ROBUST_TIE)
+
+    def penalty_of(self, table: str, pieces: Sequence) -> float:
+        """What a cut's pieces (each a ShardCost) add to the slowest rank's lookups in
+        expectation, at scale 1."""
+        weight = self._variance().get(table)
+        if weight is None:
+            return 0.0
+        return sum(weight[0] * p.fwd_compute_ms ** 2 + weight[1] * p.bwd_compute_ms ** 2 for p in pieces)
+
+    def _variance(self) -> dict[str, tuple[float, float]]:
+        cached = self.__dict__.get("_variance_map")
+        if cached is None:
+            cached = {name: (f, b) for name, f, b in self.variance}
+            object.__setattr__(self, "_variance_map", cached)
+        return cached
 
 
 CRITICAL_PATH = Objective("critical-path")
@@ -151,11 +246,15 @@ class Search(Protocol):
 # -- configuration ---------------------------------------------------------------------------------
 
 MAX_TIME_LIMIT_S = 3600.0
-# The defaults of every way in (CLI, plugin, bench, and the search classes themselves).
-DEFAULT_TIME_LIMIT_S = 5.0
+# The defaults of every way in (CLI, plugin, bench, and the search classes themselves). It sizes
+# deterministic work, so its wall time follows the machine: 1 s of it planned the bench's regime
+# tasks 0.5% (worst 1.7%) longer by the model than 5 s did, in a quarter of the time, far inside
+# the model's own error; a slow 2-core machine plans 100 tables x 8 ranks in about a second.
+DEFAULT_TIME_LIMIT_S = 1.0
 DEFAULT_CANDIDATES = "torchrec"
 SearchName = Literal["ilp", "greedy"]
 CandidateSet = Literal["torchrec", "all"]
+RobustMode = Literal["auto", "on", "off"]
 
 
 @pydantic_dataclass(frozen=True, config=STRICT)
@@ -168,7 +267,9 @@ class PlanConfig:
     model file); ``comm_source``: where communication costs come from: ``auto`` (the workload's
     declared links, else the hardware profile's, or all-to-all times the model measured on that
     very target; :mod:`shardopt.costmodel.comm_source`), or a profile folder whose measured
-    all-to-all times are to be used (``--comm-profile``).
+    all-to-all times are to be used (``--comm-profile``); ``robust``: minimise the step under the
+    model's doubt (``on``), the nominal step (``off``), or ``auto``: robust where the model was
+    not measured on the workload's target (:mod:`shardopt.costmodel.uncertainty`).
     """
 
     search: SearchName = "ilp"
@@ -177,6 +278,7 @@ class PlanConfig:
     objective: ObjectiveName = "critical-path"
     cost_model: str = "analytic"
     comm_source: Annotated[str, Strict(), Field(min_length=1)] = "auto"
+    robust: RobustMode = "auto"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -9,6 +9,8 @@ shardopt's for the task.
 
 from __future__ import annotations
 
+from shardopt.contracts import DEFAULT_TIME_LIMIT_S
+
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
@@ -45,7 +47,7 @@ class Entry:
         return self.predicted_ms / self.lower_bound_ms - 1
 
 
-def planner_search(name: str, time_limit_s: float = 5.0):
+def planner_search(name: str, time_limit_s: float = DEFAULT_TIME_LIMIT_S):
     """The search object behind a planner name (TorchRec's is run separately)."""
     from shardopt.bench.baselines import RandomTableWise, TableWiseGreedy
     from shardopt.contracts import PlanConfig
@@ -63,7 +65,7 @@ def run_suite(
     planners: tuple[str, ...] = PLANNERS,
     *,
     rounds: int = 0,
-    time_limit_s: float = 5.0,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     searches: Optional[dict[str, Callable]] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> tuple[list[Entry], dict]:

@@ -10,6 +10,7 @@ import click
 
 from shardopt.cli.app import Interrupted, command_line, main, warn
 from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
+from shardopt.contracts import DEFAULT_TIME_LIMIT_S
 from shardopt.core.errors import ShardoptError
 
 
@@ -59,6 +60,9 @@ def profile(device: str, preset: str, backend: str, seed: int, output: Path) -> 
 # minutes measure on a 2-core VM) and for starting the gloo workers of the comm points.
 CALIBRATE_FIT_SHARE = 0.2
 CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful of points
+PROBE_BUDGET_S = 20.0  # calibrate --probe: all of it, measuring and rescaling
+PROBE_FIT_SHARE = 0.1  # rescaling is a median of ratios: no fit to wait for
+PROBE_MIN_KERNELS = 6
 
 
 @main.command()
@@ -73,10 +77,16 @@ CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful o
 @click.option("--base", default="packaged", show_default=True, metavar="packaged|none|FILE",
               help="A trained model to carry over, rescaled to this machine; kept unless a fresh fit is"
                    " clearly better on the held-out points (packaged: the one shipped for the device).")
+@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Spend the budget on this workload's shapes: its own tables at their pooling, then"
+                   " kernels shaped like the ranks of its plans (after the few points that pin the terms).")
+@click.option("--probe", is_flag=True,
+              help=f"At most {PROBE_BUDGET_S:g} s: a few kernels rescale the base model per pass (its"
+                   " shapes kept); plan with the file it writes, like any model file.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Model file to write (JSON); plan with --cost-model learned@FILE.")
 def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile: Path | None,
-              base: str, output: Path) -> None:
+              base: str, workload_file: Path | None, probe: bool, output: Path) -> None:
     """Measure this machine for a short budget and fit a cost model to it.
 
     A CPU model speaks for the CPU it was measured on (FBGEMM's CPU kernels differed 2-9x between
@@ -95,11 +105,16 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     from shardopt.profile.sweep import run_sweep
 
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="fbgemm_gpu")
-    check_output(output, inputs=[keep_profile] + ([Path(base)] if base not in ("packaged", "none") else []),
-                 suffixes=(".json",))
+    check_output(output, inputs=[keep_profile, workload_file]
+                 + ([Path(base)] if base not in ("packaged", "none") else []), suffixes=(".json",))
     if keep_profile is not None:
         check_output_folder(keep_profile, option="--keep-profile")
     base_model = _base_model(base, device)
+    kernels = _workload_kernels(workload_file, device, seed) if workload_file is not None else None
+    if probe:
+        if base_model is None:
+            raise ShardoptError("--probe rescales a base model: give --base packaged or a model file")
+        budget = min(budget, PROBE_BUDGET_S)
     if device == "cuda":
         import torch
 
@@ -109,27 +124,51 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     with tempfile.TemporaryDirectory(prefix="shardopt-calibrate-") as tmp:
         folder = keep_profile or Path(tmp) / "profile"
         try:
-            swept = run_sweep(str(folder), preset="calibrate", device=device, backend=backend, seed=seed,
-                              deadline=started + budget * (1 - CALIBRATE_FIT_SHARE))
+            preset = "probe" if probe else "workload" if kernels is not None else "calibrate"
+            swept = run_sweep(str(folder), preset=preset, device=device, backend=backend, seed=seed,
+                              deadline=started + budget * (1 - (PROBE_FIT_SHARE if probe else CALIBRATE_FIT_SHARE)),
+                              kernels=kernels)
             measured_s = time.perf_counter() - started
-            kernels = sum(1 for _ in ProfileDataset(folder).records("tbe"))
-            if kernels < CALIBRATE_MIN_KERNELS:
-                raise ShardoptError(f"--budget {budget:g}: only {kernels} kernel points were measured in it,"
-                                    f" {CALIBRATE_MIN_KERNELS} are needed; give it more seconds")
-            parts, report = train_model(folder, seed=seed, base=base_model)
+            count = sum(1 for _ in ProfileDataset(folder).records("tbe"))
+            least = PROBE_MIN_KERNELS if probe else CALIBRATE_MIN_KERNELS
+            if count < least:
+                raise ShardoptError(f"--budget {budget:g}: only {count} kernel points were measured in it,"
+                                    f" {least} are needed; give it more seconds")
+            if probe:
+                from shardopt.costmodel.train import probe_model
+
+                parts, report = probe_model(folder, base_model)
+            else:
+                parts, report = train_model(folder, seed=seed, base=base_model)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
             raise Interrupted(kept) from None
         except RuntimeError as exc:
             raise ShardoptError(f"--backend {backend}: {exc}") from None
         report["calibrate"] = {"budget_s": budget, "points": swept.measured + swept.skipped,
-                               "measure_s": round(measured_s, 1)}
+                               "measure_s": round(measured_s, 1), "preset": preset,
+                               **({"workload": str(workload_file)} if workload_file is not None else {})}
         save_model(output, parts, report)
     click.echo(
         f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted in"
-        f" {time.perf_counter() - started - measured_s:.0f} s; held-out kernel {_held_out(report)}."
+        f" {time.perf_counter() - started - measured_s:.0f} s; {'its own (in-sample) kernels' if probe else 'held-out kernel'}"
+        f" {_held_out(report)}."
         f" Plan with --cost-model learned@{output}"
     )
+
+
+def _workload_kernels(path: Path, device: str, seed: int) -> list[dict]:
+    """The kernels of ``calibrate --workload``: the workload's shapes, read before anything runs."""
+    from shardopt.core.workload import read_workload
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.planner.workload_points import workload_kernels
+
+    workload, _ = read_workload(path)
+    on = "cuda" if workload.topology.compute_device != "cpu" else "cpu"
+    if on != device:
+        raise ShardoptError(f"{path}: topology.compute_device: the workload runs on {workload.topology.compute_device},"
+                            f" calibrate measures --device {device}")
+    return workload_kernels(workload, resolve_cost_model("analytic", workload)[0], device == "cuda", seed)
 
 
 def _base_model(base: str, device: str):
@@ -244,7 +283,7 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
               help="Comma-separated planners [default: all for full; shardopt and the baselines for ci].")
 @click.option("--rounds", type=click.IntRange(0, 1000), default=0, show_default=True,
               help="Interleaved replay rounds (0: predicted only, as the CI gate runs).")
-@click.option("--time-limit", type=TIME_LIMIT, default=5.0, show_default=True)
+@click.option("--time-limit", type=TIME_LIMIT, default=DEFAULT_TIME_LIMIT_S, show_default=True)
 @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Baseline to gate against: exit 1 with a table when a task regresses.")
 @click.option("--update", is_flag=True, help="Rewrite the --check baseline with this run.")

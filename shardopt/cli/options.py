@@ -72,6 +72,10 @@ COMM_PROFILE_HELP = ("Profile folder whose measured all-to-all times price commu
                      " workload's declared links, else its hardware profile's (all-to-all times the"
                      " model measured are used only on that very target: same hardware, one host, no"
                      " links declared).")
+ROBUST_HELP = ("on: minimise the step the plan can be expected to take when the cost model is wrong (compute"
+               " x1/3 to x3 against communication, each table's lookups off by twice the model's held-out"
+               " error, more outside the shapes it was fitted on); off: the nominal step; auto: on where"
+               " the model was not measured on the workload's target (another CPU, published GPU constants).")
 OBJECTIVE_HELP = ("critical-path: the sum over a step's phases (lookups, all-to-all, backward all-to-all,"
                   " backward lookups) of the slowest rank in each, as a synchronous step takes; bottleneck:"
                   " the slowest rank's total.")
@@ -89,10 +93,12 @@ def plan_config_options(*, search: bool = True):
     def decorate(func):
         @functools.wraps(func)
         def wrapper(*args, cost_model, time_limit, comm_profile=None, search_name="ilp",
-                    candidate_set=DEFAULT_CANDIDATES, objective="critical-path", **kwargs):
+                    candidate_set=DEFAULT_CANDIDATES, objective="critical-path", robust="auto", **kwargs):
+            if robust == "on" and objective != "critical-path":
+                raise ShardoptError("--robust on: the robust objective is the step's; drop --objective bottleneck")
             config = PlanConfig(search=search_name, time_limit_s=time_limit, candidates=candidate_set,
                                 objective=objective, cost_model=cost_model,
-                                comm_source="auto" if comm_profile is None else str(comm_profile))
+                                comm_source="auto" if comm_profile is None else str(comm_profile), robust=robust)
             return func(*args, config=config, **kwargs)
 
         options = [cost_model_option, click.option(
@@ -111,6 +117,9 @@ def plan_config_options(*, search: bool = True):
             options.append(click.option(
                 "--objective", type=click.Choice(["critical-path", "bottleneck"]), default="critical-path",
                 show_default=True, help=OBJECTIVE_HELP))
+            options.append(click.option(
+                "--robust", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+                help=ROBUST_HELP))
         for option in reversed(options):
             wrapper = option(wrapper)
         return wrapper

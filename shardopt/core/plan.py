@@ -8,6 +8,11 @@ Version 2 adds a table's ``cache_load_factor`` (the share of its rows a ``fused_
 kernel keeps in HBM: RecShard's hot tier), its ``replicated_rows`` (FlexShard's hot rows kept on
 every rank) and the ``search`` block of ``predicted`` (which search,
 its solver status and bound; the gap is max_ms over lower_bound_ms). A version 1 file is read as version 2 without them.
+
+Version 3 adds ``predicted.sensitivity`` (the step with compute scaled against communication,
+and its spread under each table's own error, with what that doubt rests on) and
+``predicted.search.robust`` (whether the search minimised the step under that doubt). A version 2
+file is read as version 3 without them.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from shardopt.core.validation import STRICT, validate_as
 from shardopt.core.workload import MAX_WORLD, ShardingType
 
 PLAN_FORMAT = "shardopt-plan"
-PLAN_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+PLAN_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 ComputeKernel = Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"]
 # Numbers are strict (a "3" in the file is an error, not a 3) and bounded as the workload's are.
@@ -89,6 +94,29 @@ class SearchInfo:
     variables: Optional[NonNegInt] = None  # placement literals in the solver's model
     repair_moves: Optional[NonNegInt] = None  # moves the re-scoring repair made
     objective: Optional[Literal["critical-path", "bottleneck"]] = None  # what the search minimised
+    robust: Optional[bool] = None  # whether under the model's doubt (predicted.sensitivity)
+
+
+@dataclass(frozen=True, config=STRICT)
+class Sensitivity:
+    """How far the plan's step leans on uncertain constants: the step with the lookups' phases
+    times each of ``compute_scales`` (``steps_ms``), and its 10th, 50th and 90th percentile when
+    each table's lookups are off by its own error (``expected_ms``; ``table_error``: their median
+    log-sd); ``basis``: what that doubt rests on; ``extrapolated``: tables outside the shapes the
+    model was fitted on."""
+
+    compute_scales: Annotated[tuple[Annotated[float, Strict(), Field(gt=0, le=1e3)], ...], Field(min_length=1)]
+    steps_ms: Annotated[tuple[Milliseconds, ...], Field(min_length=1)]
+    expected_ms: tuple[Milliseconds, Milliseconds, Milliseconds]
+    table_error: Annotated[float, Strict(), Field(ge=0, le=10)]
+    basis: Annotated[str, Strict()]
+    extrapolated: tuple[Annotated[str, Strict()], ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.steps_ms) != len(self.compute_scales):
+            raise ValueError("steps_ms: one step per compute scale")
+        if list(self.expected_ms) != sorted(self.expected_ms):
+            raise ValueError("expected_ms: the 10th, 50th and 90th percentile, in that order")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -101,6 +129,7 @@ class Predicted:
     per_rank: Annotated[tuple[RankBreakdown, ...], Field(min_length=1)]
     search: Optional[SearchInfo] = None
     comm_source: Optional[Annotated[str, Strict()]] = None  # what priced communication, for people
+    sensitivity: Optional[Sensitivity] = None
 
     @property
     def bottleneck(self) -> RankBreakdown:
@@ -125,7 +154,7 @@ class Plan:
     """A full sharding plan for one workload."""
 
     format: Literal["shardopt-plan"]
-    version: Literal[2]
+    version: Literal[3]
     workload: WorkloadRef
     world_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
     tables: tuple[TablePlan, ...]
@@ -178,6 +207,8 @@ def plan_from_dict(data: object, source: str = "<plan>") -> Plan:
             )
         if version == 1:
             data = _upgrade_v1(data, source)
+        if data.get("version") == 2:
+            data = _upgrade_v2(data, source)
     return validate_as(Plan, data, source)
 
 
@@ -192,6 +223,17 @@ def _upgrade_v1(data: dict, source: str) -> dict:
     if isinstance(predicted, dict) and "search" in predicted:
         raise ShardoptError(f"{source}: predicted.search: not a version 1 field (use version 2)")
     return {**data, "version": 2}
+
+
+def _upgrade_v2(data: dict, source: str) -> dict:
+    """A version 2 plan is a version 3 plan without the fields version 3 added."""
+    predicted = data.get("predicted")
+    if isinstance(predicted, dict):
+        if "sensitivity" in predicted:
+            raise ShardoptError(f"{source}: predicted.sensitivity: not a version 2 field (use version 3)")
+        if isinstance(predicted.get("search"), dict) and "robust" in predicted["search"]:
+            raise ShardoptError(f"{source}: predicted.search.robust: not a version 2 field (use version 3)")
+    return {**data, "version": 3}
 
 
 def read_plan(path: str | Path) -> Plan:

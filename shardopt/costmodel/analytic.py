@@ -17,6 +17,7 @@ import numpy as np
 from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
+from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.memory import shard_memory
@@ -45,6 +46,8 @@ class Calibration:
     comm_curves: CommCurves | None = None
     # The last-level cache a rank keeps, fitted with the constants (None: the hardware profile's).
     llc_bytes: int | None = None
+    # The per-table shapes the constants were fitted on (None: unknown, as in older files).
+    fitted: FittedRange | None = None
 
 
 class AnalyticCostModel(CostModel):
@@ -66,6 +69,15 @@ class AnalyticCostModel(CostModel):
         self._cache_cache: tuple[Workload, tuple[tuple[float, float], float]] | None = None
         self._coef_cache: tuple[Hardware, tuple[np.ndarray, np.ndarray]] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
+
+    def provenance(self, workload: Workload) -> Provenance:
+        """Fitted to a profile (which machine, which shapes), or the hardware profile's constants."""
+        cal = self.calibration
+        if cal is None:
+            hw = self.hardware(workload)
+            return Provenance(False, f"hardware profile '{hw.name}' constants (published figures and estimates,"
+                                     " measured on no machine of this workload's)")
+        return calibration_provenance(cal.trained_on, cal.hardware, workload, self.held_out, cal.fitted)
 
     def hardware(self, workload: Workload) -> Hardware:
         # Keyed on the topology object: hardware_for builds a new profile on every call when the
@@ -91,13 +103,31 @@ class AnalyticCostModel(CostModel):
     def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard's cost on a rank of average contents: it shares the cache with a balanced
         rank's share of the workload (what keeps shard costs additive for a search)."""
-        hw = self.hardware(workload)
-        return self._shard_cost(workload, hw, spec, self._average_rank_cache(workload, hw))
+        memo = self._memo(workload)
+        key = (True, spec)
+        if key not in memo:
+            hw = self.hardware(workload)
+            memo[key] = self._shard_cost(workload, hw, spec, self._average_rank_cache(workload, hw))
+        return memo[key]
 
     def shard_floor(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard with the rank's caches to itself: sharing them only turns hits into misses,
         which cost more (the fitted constants keep hit <= last level <= memory)."""
-        return self._shard_cost(workload, self.hardware(workload), spec, (None, None))
+        memo = self._memo(workload)
+        key = (False, spec)
+        if key not in memo:
+            memo[key] = self._shard_cost(workload, self.hardware(workload), spec, (None, None))
+        return memo[key]
+
+    def _memo(self, workload: Workload) -> dict:
+        """Shard costs of one workload, priced once: the searches ask for the same pieces (a
+        candidate's, a bound's, a repair's) many times over, and pricing one is most of a plan's
+        time at 1000 tables."""
+        held = self.__dict__.get("_memo_of")
+        if held is None or held[0] is not workload:
+            held = (workload, {})
+            self.__dict__["_memo_of"] = held
+        return held[1]
 
     def _shard_cost(self, workload, hw, spec: ShardSpec, cache) -> ShardCost:
         table, sharding_type, rows, cols = spec.table, spec.sharding_type, spec.rows, spec.cols

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from shardopt.arithmetic.traffic import CommBytes
     from shardopt.costmodel.comm_curve import CommCurves
     from shardopt.costmodel.comm_source import CommChoice
+    from shardopt.costmodel.provenance import Provenance
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class CostModel(abc.ABC):
     # True when a shard's cost depends on the rank's other shards (a shared cache), so that
     # :meth:`shard_floor` differs from :meth:`shard_cost` and a lower bound must add up floors.
     floor_below_cost: ClassVar[bool] = False
+    # Relative error on the held-out kernels of the profile it was fitted on (its file's report).
+    held_out: float | None = None
 
     @abc.abstractmethod
     def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
@@ -51,6 +54,13 @@ class CostModel(abc.ABC):
     def shard_floor(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """No more than the shard costs on any rank, whatever shares it: what lower bounds add up."""
         return self.shard_cost(workload, spec)
+
+    def provenance(self, workload: Workload) -> "Provenance":
+        """Where the model's figures come from, for this workload's target (the robust search's
+        doubt, :mod:`shardopt.costmodel.uncertainty`); a model that says nothing: unknown."""
+        from shardopt.costmodel.provenance import Provenance
+
+        return Provenance(False, f"{self.name}: provenance unknown", self.held_out)
 
     @abc.abstractmethod
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:

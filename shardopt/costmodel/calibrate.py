@@ -20,6 +20,7 @@ from scipy.optimize import nnls
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.profile_data import KernelSample, kernel_terms
+from shardopt.costmodel.provenance import FittedRange
 from shardopt.costmodel.terms import hardware_coefficients
 from shardopt.core.hardware import Hardware
 
@@ -107,4 +108,13 @@ def calibrate(
         trained_on=trained_on,
         comm_curves=CommCurves.from_records(comm_records) if comm_records else None,
         llc_bytes=llc_bytes if llc_bytes is not None else hw.llc_bytes,
+        fitted=fitted_range(samples),
+    )
+
+
+def fitted_range(samples: Sequence[KernelSample]) -> FittedRange | None:
+    """The per-table shapes of the measured kernels: what the fitted constants speak for."""
+    return FittedRange.of(
+        (float(s.lookups / s.samples), int(s.rows), int(s.cols), int(s.samples))
+        for sample in samples for s in sample.shards if s.samples > 0
     )

@@ -31,6 +31,10 @@ class LearnedCostModel(CostModel):
         self._analytic = AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile)
         self._predictors: dict = {}
 
+    def provenance(self, workload: Workload):
+        self._analytic.held_out = self.held_out
+        return self._analytic.provenance(workload)
+
     def _predictor(self, workload: Workload) -> KernelPredictor:
         hw = hardware_for(workload.topology)
         if hw not in self._predictors:

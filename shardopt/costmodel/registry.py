@@ -85,10 +85,20 @@ def resolve_cost_model(
     if other_cpu:
         warnings.append(f"{path}: {other_cpu}")
     if part == "analytic":
-        return AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile), warnings
-    from shardopt.costmodel.learned import LearnedCostModel
+        model: CostModel = AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile)
+    else:
+        from shardopt.costmodel.learned import LearnedCostModel
 
-    return LearnedCostModel(parts, device=workload.topology.compute_device, comm_profile=comm_profile), warnings
+        model = LearnedCostModel(parts, device=workload.topology.compute_device, comm_profile=comm_profile)
+    model.held_out = _held_out(meta["report"], part)
+    return model, warnings
+
+
+def _held_out(report: dict, part: str) -> float | None:
+    """The model file's own figure of its error on held-out kernels, for this part of it."""
+    mape = report.get("held_out_mape") if isinstance(report, dict) else None
+    value = mape.get("analytic-calibrated" if part == "analytic" else "learned") if isinstance(mape, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
@@ -102,5 +112,6 @@ def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
         return None
     return (
         f"calibrated on CPU {trained_on['cpu_id']}, this machine is {here}; its kernel costs may"
-        " not hold here (two minutes: shardopt calibrate -o model.json, then --cost-model learned@model.json)"
+        " not hold here, so --robust auto plans for that doubt (to measure instead: shardopt calibrate"
+        " --workload W.yaml -o model.json, then --cost-model learned@model.json)"
     )

@@ -14,6 +14,7 @@ import numpy as np
 from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.kernel_net import LearnedParts
+from shardopt.costmodel.provenance import RANGE_FIELDS, FittedRange
 from shardopt.core.errors import ShardoptError
 from shardopt.core.files import write_atomic
 
@@ -32,6 +33,7 @@ def _calibration_to_dict(c: Calibration) -> dict:
         "comm": {str(w): list(ab) for w, ab in c.comm.items()}, "trained_on": c.trained_on,
         **({"comm_curves": c.comm_curves.to_dict()} if c.comm_curves else {}),
         **({"llc_bytes": c.llc_bytes} if c.llc_bytes is not None else {}),
+        **({"fitted": c.fitted.to_dict()} if c.fitted is not None else {}),
     }
 
 
@@ -42,6 +44,7 @@ def _calibration_from_dict(d: dict) -> Calibration:
         comm={int(w): (ab[0], ab[1]) for w, ab in d["comm"].items()}, trained_on=d["trained_on"],
         comm_curves=CommCurves.from_dict(d["comm_curves"]) if d.get("comm_curves") else None,
         llc_bytes=d.get("llc_bytes"),
+        fitted=FittedRange.from_dict(d["fitted"]) if d.get("fitted") else None,
     )
 
 
@@ -136,6 +139,14 @@ def _parts_from_dict(data: dict) -> LearnedParts:
     llc = cal.get("llc_bytes")
     if llc is not None and (isinstance(llc, bool) or not isinstance(llc, int) or llc <= 0):
         raise _Bad(f"calibration.llc_bytes: must be a positive integer, got {llc!r}")
+    fitted = cal.get("fitted")
+    if fitted is not None:
+        if not isinstance(fitted, dict) or set(fitted) != set(RANGE_FIELDS):
+            raise _Bad(f"calibration.fitted: must map {', '.join(RANGE_FIELDS)} to [least, most]")
+        for name in RANGE_FIELDS:
+            low, high = _numbers(fitted[name], f"calibration.fitted.{name}", 2, 0.0)
+            if low > high:
+                raise _Bad(f"calibration.fitted.{name}: least {low:g} is above most {high:g}")
     if not isinstance(cal.get("hardware"), str) or not isinstance(cal.get("trained_on"), dict):
         raise _Bad("calibration.hardware / calibration.trained_on: missing or of the wrong type")
     features = data.get("features")

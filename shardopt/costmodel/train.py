@@ -114,3 +114,25 @@ def _chosen(ape: dict[str, np.ndarray], fresh: str) -> str:
     if len(diff) < 2:
         return base
     return fresh if diff.mean() > PAIRED_SE * diff.std(ddof=1) / np.sqrt(len(diff)) else base
+
+
+def probe_model(profile: str | Path, base: tuple[str, LearnedParts]) -> tuple[LearnedParts, dict]:
+    """``base`` rescaled per pass to the machine of a few points (``calibrate --probe``): its
+    shapes, communication and fitted range kept, its provenance this machine's. Its error is
+    measured on the probe's own points after the rescale (in-sample: a handful of medians)."""
+    import dataclasses
+
+    dataset = ProfileDataset(profile)
+    manifest = dataset.manifest()
+    hw = hardware_profiles()[hardware_of(manifest, str(profile))]
+    samples = kernel_samples(dataset.records("tbe"))
+    trained_on = {k: manifest.get(k) for k in TRAINED_ON_FIELDS}
+    here = dataclasses.replace(base[1].calibration, trained_on=trained_on)
+    parts = transferred(hw, base[1], samples, here)
+    measured = np.array([s.fwd_s + s.bwd_s for s in samples])
+    ape = np.abs(KernelPredictor(hw, parts).kernel_seconds([s.shards for s in samples]).sum(axis=1) / measured - 1)
+    report = {"profile": str(profile), "probe_kernels": len(samples), "model": f"{base[0]}, rescaled",
+              "held_out_kernels": len(samples),
+              "held_out_mape": {"analytic-calibrated": _mape(calibrated_seconds(hw, parts, samples), samples),
+                                "learned": float(np.mean(ape))}}
+    return parts, report

@@ -44,6 +44,7 @@ def transferred(hw: Hardware, base: LearnedParts, samples: Sequence[KernelSample
         fwd=tuple(float(c * fwd) for c in old.fwd), fwd_kernel_s=old.fwd_kernel_s * fwd,
         bwd=tuple(float(c * bwd) for c in old.bwd), bwd_kernel_s=old.bwd_kernel_s * bwd,
         comm=here.comm, comm_curves=here.comm_curves, trained_on=here.trained_on,
+        fitted=here.fitted.union(old.fitted) if here.fitted is not None else old.fitted,
     )
     shift = tuple(float(s) for s in np.asarray(base.prior_shift) + scale)
     return dataclasses.replace(base, calibration=calibration, prior_shift=shift)

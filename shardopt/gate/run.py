@@ -39,12 +39,13 @@ def run_gate(
     base = None if update else read_baseline(baseline)
     measured, findings = [], []
     for path in workloads:
-        fresh = measure(path, config)
+        here = pinned(config, base, path)
+        fresh = measure(path, here)
         if fresh.name in {m.name for m in measured}:
             raise ShardoptError(f"{path}: name: workload {fresh.name!r} is given twice")
         now = fresh
         if plans_dir is not None:
-            now, finding = _committed(fresh, plans_dir, config, tolerance, fix)
+            now, finding = _committed(fresh, plans_dir, here, tolerance, fix)
             findings.append(finding)
         measured.append(now)
     lines = []
@@ -67,6 +68,19 @@ def run_gate(
         bars = write_bars(measured, summary.parent)
         write_atomic(summary, markdown_summary(findings, bars))
     return all(f.ok for f in findings), lines
+
+
+def pinned(config: PlanConfig, base: Optional[dict], path: Path) -> PlanConfig:
+    """``config`` with --robust auto resolved as the baseline recorded it for this workload: the
+    gate keeps its pinned model, and auto's choice follows the machine it runs on."""
+    import dataclasses
+
+    from shardopt.core.workload import read_workload
+
+    if base is None or config.robust != "auto":
+        return config
+    state = base["workloads"].get(read_workload(path)[0].name)
+    return config if state is None else dataclasses.replace(config, robust="on" if state.robust else "off")
 
 
 def _committed(fresh: Measured, plans_dir: Path, config: PlanConfig, tolerance: float, fix: bool):

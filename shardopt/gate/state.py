@@ -41,6 +41,9 @@ class PlanState:
     headroom: float  # 1 - the fullest rank's memory over its cap
     tables: dict = field(default_factory=dict)  # name -> TableState
     cost_model: str = ""  # the model's name and file digest: predictions of two models do not compare
+    # Whether the plan was robust to the model's doubt: pinned with the model, so that a run on
+    # another machine (where --robust auto may decide otherwise) plans as the baseline did.
+    robust: bool = False
 
 
 def model_id(model: CostModel, workload: Workload) -> str:
@@ -65,9 +68,10 @@ def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, va
             continue
         cost = sum(model.shard_cost(workload, ShardSpec.placed(table, tp, s)).total_ms for s in tp.shards)
         tables[tp.name] = TableState(tp.sharding_type, sorted(s.rank for s in tp.shards), round(cost, 6))
+    search = plan.predicted.search if plan.predicted else None
     return PlanState(sha256, valid, round(breakdown.step_ms, 6), round(breakdown.bottleneck_ms, 6),
                      round(1 - max(hbm.values(), default=0) / workload.topology.hbm_cap, 6), tables,
-                     model_id(model, workload))
+                     model_id(model, workload), bool(search and search.robust))
 
 
 def baseline_text(states: dict[str, PlanState], tolerance: float) -> str:

@@ -5,22 +5,24 @@ from __future__ import annotations
 
 from typing import Optional
 
-from shardopt.contracts import OBJECTIVES, PlanConfig, Search
+from shardopt.contracts import OBJECTIVES, Objective, PlanConfig, Search
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.uncertainty import Doubt, doubt_for
 from shardopt.planner.pipeline import plan_workload
 
 GREEDY_REPAIR_SHARE = 0.2  # of the time limit, for the greedy search's repair pass
 GREEDY_REPAIR_MIN_S = 0.2
 
 
-def build_search(config: PlanConfig) -> Search:
-    """The search a configuration names, with its time limit, candidates and objective."""
+def build_search(config: PlanConfig, objective: Optional[Objective] = None) -> Search:
+    """The search a configuration names, with its time limit, candidates and objective (or
+    ``objective`` itself: a robust one, built for the workload by :func:`search_objective`)."""
     from shardopt.search.greedy import GreedySearch
     from shardopt.search.ilp import IlpSearch
 
-    objective = OBJECTIVES[config.objective]
+    objective = objective or OBJECTIVES[config.objective]
     if config.search == "ilp":
         return IlpSearch(time_limit_s=config.time_limit_s, candidates=config.candidates, objective=objective)
     repair_s = max(GREEDY_REPAIR_MIN_S, GREEDY_REPAIR_SHARE * config.time_limit_s)
@@ -46,4 +48,31 @@ def plan_with(
 ) -> Plan:
     """Plan ``workload`` as ``config`` says (``cost_model``, when given, is the resolved model)."""
     model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
-    return plan_workload(workload, sha256=sha256, cost_model=model, search=build_search(config), source=source)
+    doubt = doubt_for(model, workload)
+    search = build_search(config, search_objective(config, workload, model, doubt))
+    return plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source, doubt=doubt)
+
+
+def search_objective(config: PlanConfig, workload: Workload, model: CostModel, doubt: "Doubt | None" = None) -> Objective:
+    """The configuration's objective, robust to the model's doubt where ``config.robust`` says."""
+    from shardopt.costmodel.uncertainty import is_robust, robust_objective
+
+    doubt = doubt or doubt_for(model, workload)
+    objective = OBJECTIVES[config.objective]
+    if not is_robust(config.robust, doubt, objective):
+        return objective
+    return robust_objective(workload, model, doubt, _reference(config, workload, model))
+
+
+def _reference(config: PlanConfig, workload: Workload, model: CostModel):
+    """The nominal greedy plan the robust objective measures regret against (None where the
+    greedy packs nothing: the search will say why)."""
+    from shardopt.core.errors import ErrorKind, ShardoptError
+    from shardopt.search.greedy import GreedySearch
+
+    try:
+        return GreedySearch(repair_s=0, candidates=config.candidates).search(workload, model, possible=False).tables
+    except ShardoptError as exc:
+        if exc.kind != ErrorKind.INFEASIBLE:
+            raise
+        return None

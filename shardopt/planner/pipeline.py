@@ -14,6 +14,7 @@ from shardopt.search.conflict import find_conflict
 from shardopt.search.ilp import IlpSearch
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
+from shardopt.costmodel.uncertainty import Doubt, sensitivity
 
 
 
@@ -24,8 +25,10 @@ def plan_workload(
     cost_model: Optional[CostModel] = None,
     search: Optional[Search] = None,
     source: str = "<workload>",
+    doubt: Optional[Doubt] = None,
 ) -> Plan:
-    """Plan a workload; infeasibility is a ShardoptError naming ``source``."""
+    """Plan a workload; infeasibility is a ShardoptError naming ``source``. With ``doubt`` (the
+    model's uncertainty, :mod:`shardopt.costmodel.uncertainty`), the plan reports its sensitivity."""
     cost_model = cost_model if cost_model else AnalyticCostModel()
     search = search if search else IlpSearch()
     try:
@@ -51,8 +54,10 @@ def plan_workload(
             algorithm=result.algorithm, status=result.status,
             solver_bound_ms=result.solver_bound_ms, variables=result.variables,
             repair_moves=result.repair_moves, objective=objective.name if objective else None,
+            robust=objective.robust if objective else None,
         ),
         comm_source=cost_model.comm_choice(workload).label if workload.topology.world_size > 1 else None,
+        sensitivity=sensitivity(workload, cost_model, result.tables, doubt) if doubt is not None else None,
     )
     return Plan(
         format=PLAN_FORMAT,

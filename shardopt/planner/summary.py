@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Sequence
 
 from shardopt.contracts import Breakdown
-from shardopt.core.plan import Plan, RankBreakdown
+from shardopt.core.plan import Plan, Predicted, RankBreakdown
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
 
@@ -68,6 +68,34 @@ def placement_lines(workload: Workload) -> list[str]:
     return out
 
 
+def sensitivity_lines(predicted: Predicted) -> list[str]:
+    """How far the step leans on uncertain constants, and whether the search planned for it."""
+    sens = predicted.sensitivity
+    if sens is None:
+        return []
+    robust = predicted.search.robust if predicted.search else None
+    scales = ", ".join(f"x{_scale(s)} {ms:.3f}" for s, ms in zip(sens.compute_scales, sens.steps_ms))
+    low, mid, high = sens.expected_ms
+    lines = [
+        f"sensitivity: the step with compute scaled against comm {scales} ms; with each table off by its own"
+        f" error (~{sens.table_error:.0%}) {low:.3f}-{high:.3f} ms (10-90%, median {mid:.3f})",
+        f"robust: {'on' if robust else 'off'}, the search minimised the "
+        f"{'step under that doubt' if robust else 'nominal step'}; doubt: {sens.basis}",
+    ]
+    if sens.extrapolated:
+        names = ", ".join(sens.extrapolated[:8]) + (f" and {len(sens.extrapolated) - 8} more" if len(sens.extrapolated) > 8 else "")
+        lines.append(f"outside the shapes the model was fitted on: {names} (priced by extrapolation;"
+                     " shardopt calibrate --workload measures them)")
+    return lines
+
+
+def _scale(value: float) -> str:
+    for den in (1, 2, 3, 4):
+        if abs(value * den - round(value * den)) < 1e-9:
+            return f"{round(value * den)}" if den == 1 else f"{round(value * den)}/{den}"
+    return f"{value:g}"
+
+
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     predicted = plan.predicted
     topo = workload.topology
@@ -97,6 +125,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             bwd = max(r.bwd_comm_ms for r in predicted.per_rank)
             lines.append(f"comm: {fwd:.3f} ms forward, {bwd:.3f} ms backward on the slowest rank;"
                          f" priced from {predicted.comm_source}")
+        lines.extend(sensitivity_lines(predicted))
     lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))

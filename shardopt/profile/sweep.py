@@ -29,10 +29,11 @@ from shardopt.profile.dataset import (
 )
 from shardopt.traces.synth import trace_histograms
 
-PRESETS = ("unit", "smoke", "full", "calibrate")
+PRESETS = ("unit", "smoke", "full", "calibrate", "workload", "probe")
 # Rank-shaped fused points in the full CPU preset: planning compares ranks, so the model must
 # know how a rank's shards slow each other down, not only how tables cost alone.
 RANK_POINTS = 1000
+PIN_POINTS = 24  # calibrate's single tables at the corners the model's terms separate
 CALIBRATE_RANK_POINTS = 2000  # more than any budget measures: the budget decides how many
 DATASET_VERSION = 1
 DIMS = (16, 32, 64, 128, 256)
@@ -125,9 +126,20 @@ def _rank_like_points(rng, count: int, max_elems: int, max_lookups: float) -> li
     return points
 
 
-def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm") -> Sweep:
+def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm",
+                kernels: list[dict] | None = None) -> Sweep:
+    """``kernels``: the points a ``workload`` preset measures after calibrate's pins (a workload's
+    own shapes, :mod:`shardopt.planner.workload_points`)."""
     on_cuda = device.startswith("cuda")
     rng = np.random.default_rng(seed)
+    if preset == "probe":  # calibrate --probe: the pins (and given kernels) briefly, no comm
+        generic = _calibrate_sweep(rng, on_cuda)
+        return Sweep("probe", generic.tbe[:PIN_POINTS] + list(kernels or ()), {}, warmup=1, iters=4)
+    if preset == "workload":
+        generic = _calibrate_sweep(rng, on_cuda)
+        return Sweep("workload", generic.tbe[:PIN_POINTS] + list(kernels or ()), generic.comm,
+                     warmup=generic.warmup, iters=generic.iters, comm_warmup=generic.comm_warmup,
+                     comm_iters=generic.comm_iters, comm_first=True)
     zipf = {"distribution": "zipf", "alpha": 1.05}
     uniform = {"distribution": "uniform"}
     if preset == "unit":
@@ -213,6 +225,7 @@ def _calibrate_sweep(rng: np.random.Generator, on_cuda: bool) -> Sweep:
     for table in (t for p in pins for t in p["tables"]):  # a CPU rank's lookups, as replay sees them
         _cap_lookups([table], batch, 2e7 if on_cuda else 4e5)
     max_elems, max_lookups = (2**28, 8e7) if on_cuda else (2**26, 1.6e6)
+    assert len(pins) == PIN_POINTS
     ranks = _rank_like_points(rng, CALIBRATE_RANK_POINTS, max_elems, max_lookups)
     sizes = (4096, 262_144, 4_194_304)
     comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
@@ -267,6 +280,7 @@ def run_sweep(
     progress: bool | None = None,
     on_point: Callable[[dict], None] | None = None,
     deadline: float | None = None,
+    kernels: list[dict] | None = None,
 ) -> SweepResult:
     """Measure every point of the preset that the dataset at ``folder`` does not hold yet, or,
     with a ``deadline`` (``time.perf_counter()``), the kernel points that fit before it."""
@@ -282,7 +296,7 @@ def run_sweep(
     if launched_by_torchrun():
         return _run_launched_comm(folder, preset=preset, device=device, seed=seed)
     backend = resolve_backend(backend)
-    sweep = build_sweep(preset, device, seed, backend)
+    sweep = build_sweep(preset, device, seed, backend, kernels)
     meta = machine_metadata(device)
     dataset = ProfileDataset(folder)
     dataset.start(_manifest(sweep, seed, backend, device, meta))

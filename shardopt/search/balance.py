@@ -20,10 +20,11 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.arithmetic.memory import plan_memory
-from shardopt.contracts import CRITICAL_PATH, PHASES, Breakdown, ShardSpec, rank_phases
+from shardopt.contracts import CRITICAL_PATH, PHASES, Objective, ShardSpec, rank_phases
 from shardopt.core.plan import TablePlan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.uncertainty import plan_penalty
 from shardopt.search.repair import movable
 
 ITEMS_TRIED = 4  # the slowest rank's shards tried per step, heaviest in the phase first
@@ -32,28 +33,33 @@ _EPS = 1e-9
 
 
 def balance_phases(
-    workload: Workload, model: CostModel, tables: Sequence[TablePlan], max_moves: int
+    workload: Workload, model: CostModel, tables: Sequence[TablePlan], max_moves: int,
+    objective: Objective = CRITICAL_PATH,
 ) -> tuple[TablePlan, ...]:
     """The plan after at most ``max_moves`` moves or swaps that each shorten the additive step,
     if the whole model agrees that the step is shorter; else the plan as given. (Shards priced on
     an average rank can mislead: on a CPU comm-bound task a random plan came out 13% longer by the
     whole model, its caches shared per rank.)"""
-    state = _Items.of(workload, model, tables)
+    state = _Items.of(workload, model, tables, objective)
     if state is None:
         return tuple(tables)
-    before = float(state.load.max(axis=0).sum())  # the whole model's critical path, as scored below
+    # The whole model's score, as scored below; moves change no cut, so the cuts' penalty is fixed.
+    state.penalty = plan_penalty(objective, workload, model, tables)
+    before = objective.score_peaks(state.load.max(axis=0), state.penalty)
     for _ in range(max_moves):
         if not state.step_once():
             break
     balanced = state.tables()
-    after = Breakdown.of(model.breakdown(workload, balanced)).score(CRITICAL_PATH)
+    after = objective.score([rank_phases(r) for r in model.breakdown(workload, balanced)], state.penalty)
     return balanced if after < before - 1e-12 else tuple(tables)
 
 
 class _Items:
     """The movable shards as arrays: phase costs, bytes, rank and table of each."""
 
-    def __init__(self, workload, tables, keys, cost, hbm, ddr, rank, table, load, free, free_ddr):
+    def __init__(self, workload, tables, keys, cost, hbm, ddr, rank, table, load, free, free_ddr,
+                 objective: Objective = CRITICAL_PATH):
+        self.objective, self.penalty = objective, 0.0
         self.workload, self.plan = workload, list(tables)
         self.keys, self.cost, self.hbm, self.ddr = keys, cost, hbm, ddr
         self.rank, self.table = rank, table
@@ -61,7 +67,8 @@ class _Items:
         self.local = workload.topology.ranks_per_host
 
     @classmethod
-    def of(cls, workload: Workload, model: CostModel, tables: Sequence[TablePlan]) -> "_Items | None":
+    def of(cls, workload: Workload, model: CostModel, tables: Sequence[TablePlan],
+           objective: Objective = CRITICAL_PATH) -> "_Items | None":
         topo = workload.topology
         if topo.world_size < 3:
             return None
@@ -91,15 +98,16 @@ class _Items:
         ddr_cap = np.inf if topo.ddr_cap is None else float(topo.ddr_cap)
         free_ddr = np.array([ddr_cap - used_ddr.get(h, 0) for h in range(topo.num_hosts)])
         return cls(workload, tables, keys, np.array(cost), np.array(hbm, dtype=np.int64), np.array(ddr, float),
-                   np.array(rank), np.array(table), load, free, free_ddr)
+                   np.array(rank), np.array(table), load, free, free_ddr, objective)
 
     def step_once(self) -> bool:
         """Apply the best move or swap off the slowest rank of the most unbalanced phase that
         has one; False when no phase has one."""
-        step = self.load.max(axis=0).sum()
+        peaks = self.load.max(axis=0)
+        step = self.objective.score_peaks(peaks, self.penalty)
         self._order = np.argsort(-self.load, axis=0, kind="stable")[:3]  # (<=3, phases): the slowest ranks
         self._top = np.take_along_axis(self.load, self._order, axis=0)
-        gaps = self.load.max(axis=0) - self.load.mean(axis=0)
+        gaps = (peaks - self.load.mean(axis=0)) * np.array(self.objective.phase_weights(peaks, self.penalty))
         for k in sorted(range(len(PHASES)), key=lambda k: (-gaps[k], k)):
             src = int(np.argmax(self.load[:, k]))
             on_src = np.flatnonzero(self.rank == src)
@@ -136,8 +144,8 @@ class _Items:
             return np.inf, None
         after_src = self.load[src] - self.cost[i]
         after_dest = self.load + self.cost[i]
-        step = np.maximum(np.maximum(self._others_max(src, dest), after_src[None, :]), after_dest).sum(axis=1)
-        step = np.where(ok, step, np.inf)
+        peaks = np.maximum(np.maximum(self._others_max(src, dest), after_src[None, :]), after_dest)
+        step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
         d = int(np.argmin(step))
         return float(step[d]), d
 
@@ -158,8 +166,8 @@ class _Items:
             return np.inf, None
         after_src = self.load[src][None, :] - self.cost[i][None, :] + cost
         after_dest = self.load[dest] - cost + self.cost[i][None, :]
-        step = np.maximum(np.maximum(self._others_max(src, dest), after_src), after_dest).sum(axis=1)
-        step = np.where(ok, step, np.inf)
+        peaks = np.maximum(np.maximum(self._others_max(src, dest), after_src), after_dest)
+        step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
         j = int(np.argmin(step))
         return float(step[j]), -1 - int(partners[j])  # partners are told from ranks by sign
 

@@ -18,8 +18,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from shardopt.contracts import Breakdown
 from shardopt.costmodel.base import CostModel, ShardCost
+from shardopt.costmodel.uncertainty import plan_score
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
@@ -117,7 +117,8 @@ class GreedySearch:
         best: tuple[float, tuple[TablePlan, ...]] | None = None
         failure: Unplaceable | None = None
         targets: list = [average * scale for scale in self.targets]
-        if self.balance and self.objective == CRITICAL_PATH:
+        steps = self.balance and self.objective.name == CRITICAL_PATH.name
+        if steps:
             targets.append(_phase_means(costs, workload.topology.world_size))
         for target in targets:
             try:
@@ -125,16 +126,17 @@ class GreedySearch:
             except Unplaceable as exc:
                 failure = exc
                 continue
-            peak = Breakdown.of(cost_model.breakdown(workload, placed)).score(self.objective)
+            peak = plan_score(self.objective, workload, cost_model, placed)
             if best is None or peak < best[0] - 1e-12:
                 best = (peak, placed)
         if best is None:
             assert failure is not None
             raise greedy_failure(workload, costs, failure)
-        if self.balance and self.objective == CRITICAL_PATH:
+        if steps:
             # Kept only where the whole model rates the step shorter (balance_phases checks).
             best = (best[0], balance_phases(workload, cost_model, best[1],
-                                            BALANCE_MOVES_PER_RANK * workload.topology.world_size))
+                                            BALANCE_MOVES_PER_RANK * workload.topology.world_size,
+                                            objective=self.objective))
         result = SearchResult(best[1], bound)
         if self.repair_s > 0:
             from shardopt.search.repair import repaired

@@ -37,6 +37,7 @@ from shardopt.contracts import (
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.uncertainty import plan_score
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import workload_candidates
 from shardopt.search.greedy import GreedySearch
@@ -159,7 +160,8 @@ class IlpSearch:
             for cands in candidates.values()
             for c in cands
         )
-        greedy, failure = _greedy(workload, cost_model, candidates, costs)
+        greedy, failure = _greedy(workload, cost_model, candidates, costs,
+                                  self.objective if self.objective.robust else CRITICAL_PATH)
         greedy_ms = Breakdown.of(cost_model.breakdown(workload, greedy.tables)).bottleneck_ms if greedy else None
         if greedy is not None and greedy_ms <= greedy.lower_bound_ms * (1 + self.good_enough_gap):
             # Within a hair of the bound already: no solver time can buy more than the gap.
@@ -201,26 +203,31 @@ class IlpSearch:
             # The solver sees summed shard costs; the whole model (a rank's shared caches) can rate
             # the balanced greedy plan better: keep it, as the search promises never to be worse.
             tables, name = greedy.tables, f"{name} (greedy kept: the whole model rates it better)"
-        solver_bound = bound / model.scale
+        # In units of the model's step; a robust objective weighs its own step 1000-fold, and
+        # the solver's bound on that is no bound on a step: none is reported.
+        solver_bound = None if self.objective.robust else bound / model.scale
         # The solver's bound holds for summed shard costs; a model that prices ranks as a whole
         # (measured comm curves, learned) gets the cheap bound, which is valid for it. Under the
         # critical path it bounds that, which is never below the bottleneck: not the plan's bound.
         additive = cost_model.additive(workload)
-        bound = max(cheap, solver_bound) if additive and self.objective == BOTTLENECK else cheap
-        self.last_report = IlpReport(name, solver.objective_value / model.scale, bound, size)
+        bound = max(cheap, solver_bound) if additive and solver_bound is not None \
+            and self.objective.name == BOTTLENECK.name else cheap
+        self.last_report = IlpReport(name, solver.objective_value / model.scale / model.step_weight, bound, size)
         # OPTIMAL speaks of the summed shard costs the solver sees; say so when the model differs.
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
 
 
     def _score(self, workload: Workload, cost_model: CostModel, tables) -> float:
-        return Breakdown.of(cost_model.breakdown(workload, tables)).score(self.objective)
+        return plan_score(self.objective, workload, cost_model, tables)
 
 
-def _greedy(workload, cost_model, candidates, costs) -> tuple[SearchResult | None, ShardoptError | None]:
-    """The greedy plan (the warm start), or None with the greedy's reason when it packs nothing."""
+def _greedy(workload, cost_model, candidates, costs, objective: Objective = CRITICAL_PATH,
+            ) -> tuple[SearchResult | None, ShardoptError | None]:
+    """The greedy plan (the warm start; a robust objective's own, else the critical path's), or
+    None with the greedy's reason when it packs nothing."""
     try:
-        return GreedySearch(repair_s=0).search(workload, cost_model, candidates, costs, possible=False), None
+        return GreedySearch(repair_s=0, objective=objective).search(workload, cost_model, candidates, costs, possible=False), None
     except ShardoptError as exc:
         if exc.kind != ErrorKind.INFEASIBLE:
             raise

@@ -12,7 +12,7 @@ from typing import Callable
 from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.placement import PlacementRules
-from shardopt.contracts import BOTTLENECK, PHASES, Objective, rank_phases
+from shardopt.contracts import BOTTLENECK, COMPUTE, PHASES, ROBUST_TIE, Objective, rank_phases
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.comm_curve import CommCurves
@@ -23,6 +23,7 @@ from shardopt.search.ilp_placement import add_groups
 from shardopt.search.ilp_symmetry import break_symmetry, canonical
 
 COST_RESOLUTION = 1_000_000  # the largest possible rank load maps to this many integer units
+ROBUST_RESOLUTION = round(1 / ROBUST_TIE)  # a robust step's weights, in these units; the nominal one ties
 
 
 COLLECTIVES = ("ids", "pooled", "allreduce")  # the order of bound.collective_bytes
@@ -63,6 +64,7 @@ class IlpModel:
         topo = workload.topology
         self.workload = workload
         self.candidates = candidates
+        self.costs = costs
         self.curves = curves
         world = topo.world_size
         biggest = sum(max(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values())
@@ -258,7 +260,7 @@ class IlpModel:
         # A tie-break term stays below one unit of the step: it never buys a longer step.
         weight, tie = (1, 0) if tie is None else (TIE_RESOLUTION + 2 * len(self.moved) + 1, tie)
         self.step_weight = weight  # the objective's units per unit of step
-        if objective == BOTTLENECK:
+        if objective.name == BOTTLENECK.name:
             # The bottleneck bounds every rank's load; minimising it balances the ranks.
             peak = cp.new_int_var(0, top, "bottleneck")
             for rank in range(world):
@@ -275,7 +277,29 @@ class IlpModel:
             for rank in range(world):
                 if self.load[rank][i]:
                     cp.add(sum(w * lit for w, lit in self.load[rank][i]) <= peak)
+        if objective.robust:
+            cp.minimize(weight * (ROBUST_RESOLUTION * self._robust_step(objective, peaks, top) + sum(peaks)) + tie)
+            return
         cp.minimize(weight * sum(peaks) + tie)
+
+    def _robust_step(self, objective, peaks, top: int):
+        """The robust step (:class:`~shardopt.contracts.RobustObjective`): at least, at every
+        compute scale, the lookups' peaks and the cuts' penalty times the scale's weight plus the
+        all-to-alls' times theirs; the nominal peaks, at 1/ROBUST_RESOLUTION of it, break ties."""
+        cp = self.cp
+        penalty = [(int(round(objective.penalty_of(name, self.costs[name][c]) * self.scale)), x)
+                   for (name, c), x in self.choose.items()]
+        penalty = [(w, x) for w, x in penalty if w > 0]
+        factors = objective.factors()
+        most = max(max(a, b) for a, b in factors)
+        bound = int(math.ceil(most * (len(PHASES) * top + sum(w for w, _ in penalty)))) + 1
+        robust = cp.new_int_var(0, bound, "robust_step")
+        for a, b in factors:
+            wa, wb = int(round(ROBUST_RESOLUTION * a)), int(round(ROBUST_RESOLUTION * b))
+            terms = [(wa if i in COMPUTE else wb) * peak for i, peak in enumerate(peaks)]
+            terms += [wa * w * x for w, x in penalty]
+            cp.add(sum(terms) <= ROBUST_RESOLUTION * robust)
+        return robust
 
     def canonical(self, tables: tuple[TablePlan, ...]) -> tuple[TablePlan, ...]:
         """The same plan with interchangeable ranks relabelled to meet the symmetry constraints."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from shardopt.contracts import ShardSpec
 from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.uncertainty import plan_penalty
 from shardopt.arithmetic.memory import plan_memory, shard_memory
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.contracts import BOTTLENECK, Objective, Phases, rank_phases
@@ -125,6 +126,8 @@ class _Mover:
                  evaluations: int, deadline: float) -> None:
         self.workload, self.model, self.objective = workload, model, objective
         self.state = _State(workload, model, tables)
+        # Moves change no cut: the robust objective's penalty of the cuts is the plan's throughout.
+        self.penalty = plan_penalty(objective, workload, model, tables)
         self.evaluations, self.deadline, self.used = evaluations, deadline, 0
         self.shard_alone: dict[tuple[int, int], Phases] = {}
 
@@ -175,8 +178,8 @@ class _Mover:
         phases it is slowest in: a rank slowest in lookups sheds lookups, a swap brings traffic.
         """
         state = self.state
-        score = self.objective.score(state.load)
-        for worst, k in self.objective.sources(state.load):
+        score = self.objective.score(state.load, self.penalty)
+        for worst, k in self.objective.sources(state.load, self.penalty):
             items = sorted(state.on_rank[worst], key=lambda it: (-self.alone(it, k), it))[:MAX_SHARDS_TRIED]
             dests = sorted((r for r in range(len(state.load)) if r != worst),
                            key=lambda r: (sum(state.load[r]), r))[:MAX_DESTINATIONS]
@@ -209,7 +212,7 @@ class _Mover:
                 self.used += 2
                 trial = list(state.load)
                 trial[worst], trial[dest] = new_src, new_dst
-                new_score = self.objective.score(trial)
+                new_score = self.objective.score(trial, self.penalty)
                 if new_score < score - _EPS and (best is None or new_score < best[0] - _EPS):
                     trial_moves = [(item[0], item[1], dest)] + ([(back[0], back[1], worst)] if back else [])
                     best = (new_score, trial_moves, {worst: new_src, dest: new_dst})
@@ -237,7 +240,7 @@ def repair_bottleneck(
     mover = _Mover(workload, model, tables, objective, evaluations, deadline)
     state = mover.state
     before = BOTTLENECK.score(state.load)
-    before_score = objective.score(state.load)
+    before_score = objective.score(state.load, mover.penalty)
     moves = 0
     while moves < max_moves and not mover.out_of_budget():
         best = mover.best_move()
@@ -247,7 +250,7 @@ def repair_bottleneck(
         moves += 1
     cut = time.perf_counter() >= deadline and mover.used < evaluations and moves < max_moves
     return RepairResult(tuple(state.tables), moves, before, BOTTLENECK.score(state.load), cut,
-                        before_score, objective.score(state.load))
+                        before_score, objective.score(state.load, mover.penalty))
 
 
 def repaired(

@@ -65,6 +65,7 @@ class ShardoptPlanner(ShardingPlanner):
         access: Optional[dict] = None,
         hardware: Optional[str] = None,
         placement: Sequence[dict] = (),
+        robust: str = "auto",
         **unknown,
     ) -> None:
         if unknown:
@@ -76,7 +77,7 @@ class ShardoptPlanner(ShardingPlanner):
             logger.warning("ShardoptPlanner ignores %s: %s", name, REPLACED[name])
         if time_limit_s is None:
             time_limit_s = float(timeout_seconds) if timeout_seconds else DEFAULT_TIME_LIMIT_S
-        _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware)
+        _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware, robust)
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -91,8 +92,10 @@ class ShardoptPlanner(ShardingPlanner):
         self.search = search
         self.objective = objective  # "critical-path" or "bottleneck" (shardopt.contracts)
         # TorchRec runs only the cuts its sharders know: the plugin plans with TorchRec's candidates.
+        # robust: "auto" (the step under the model's doubt where it was not measured on this target),
+        # "on" or "off" (shardopt.costmodel.uncertainty).
         self.config = PlanConfig(search=search, time_limit_s=float(time_limit_s), candidates="torchrec",
-                                 objective=objective, cost_model=cost_model)
+                                 objective=objective, cost_model=cost_model, robust=robust)
         self.last_plan: Optional[Plan] = None
         self.last_workload: Optional[Workload] = None
         self.last_origins: Optional[dict[str, Origin]] = None
@@ -203,7 +206,7 @@ def _load_plan(path: str, workload: Workload) -> Plan:
     return plan
 
 
-def _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware=None) -> None:
+def _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware=None, robust="auto") -> None:
     """Refuse options the CLI would refuse, with the same words (a ShardoptError is a ValueError)."""
     import math
 
@@ -219,6 +222,10 @@ def _check_options(batch_size, time_limit_s, search, objective, cost_model, hard
         raise ShardoptError(f"ShardoptPlanner search: must be 'ilp' or 'greedy', got {search!r}")
     if objective not in OBJECTIVES:
         raise ShardoptError(f"ShardoptPlanner objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if robust not in ("auto", "on", "off"):
+        raise ShardoptError(f"ShardoptPlanner robust: must be 'auto', 'on' or 'off', got {robust!r}")
+    if robust == "on" and objective != "critical-path":
+        raise ShardoptError("ShardoptPlanner robust: 'on' is the step's objective; it needs objective='critical-path'")
     if not isinstance(cost_model, str):
         raise ShardoptError(f"ShardoptPlanner cost_model: must be a name or a path, got {cost_model!r}")
     if hardware is not None:

@@ -26,8 +26,9 @@ def _copy_points(folder: Path, count: int) -> None:
 def fake_sweep(monkeypatch):
     calls = []
 
-    def run_sweep(folder, *, preset, device, backend, seed, deadline):
-        calls.append({"preset": preset, "deadline_in": deadline - time.perf_counter(), "folder": folder})
+    def run_sweep(folder, *, preset, device, backend, seed, deadline, kernels=None):
+        calls.append({"preset": preset, "deadline_in": deadline - time.perf_counter(), "folder": folder,
+                      "kernels": kernels})
         _copy_points(Path(folder), 120)
 
         class Result:
@@ -154,3 +155,75 @@ def test_a_bad_base_is_one_line_before_measuring(runner, tmp_path, fake_sweep, b
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert says in result.stderr
     assert not fake_sweep and (tmp_path / "model.json").read_text() == before
+
+
+def _hot_workload_file(tmp_path) -> Path:
+    from shardopt.bench.regimes import regime_task
+    from shardopt.core.workload import workload_to_dict, workload_yaml
+
+    path = tmp_path / "hot.yaml"
+    path.write_text(workload_yaml(workload_to_dict(regime_task("hot", 1000).workload)))
+    return path
+
+
+def test_calibrate_for_a_workload_measures_its_own_tables_and_its_ranks_kernels(runner, tmp_path, fake_sweep):
+    from shardopt.core.workload import read_workload
+
+    path = _hot_workload_file(tmp_path)
+    out = tmp_path / "model.json"
+    result = run_cli(runner, "calibrate", "--workload", path, "--budget", "60", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    call = fake_sweep[0]
+    assert call["preset"] == "workload"
+    workload, _ = read_workload(path)
+    singles = [k["tables"][0] for k in call["kernels"] if len(k["tables"]) == 1]
+    # every table alone at its own pooling (the hot ones, pooled 100-300, too) and dimension
+    for table in workload.tables:
+        assert any(t["pooling_factor"] == round(table.pooling_factor, 3) and t["dim"] == table.embedding_dim
+                   for t in singles), table.name
+    assert max(t["pooling_factor"] for t in singles) > 200
+    fused = [k for k in call["kernels"] if len(k["tables"]) > 1]
+    assert len(fused) >= workload.topology.world_size  # the ranks of its plans
+    assert json.loads(out.read_text())["report"]["calibrate"]["workload"] == str(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hot.yaml", "model.json"]
+
+
+def test_workload_kernels_are_the_same_for_the_same_workload_and_seed():
+    from shardopt.bench.regimes import regime_task
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.planner.workload_points import workload_kernels
+
+    workload = regime_task("hot", 1000).workload
+    model = resolve_cost_model("analytic", workload)[0]
+    assert workload_kernels(workload, model, False, 0) == workload_kernels(workload, model, False, 0)
+
+
+def test_calibrate_refuses_a_workload_for_another_device(runner, tmp_path, fake_sweep):
+    out = tmp_path / "model.json"
+    result = run_cli(runner, "calibrate", "--workload", CONFIGS / "h100-16.yaml", "--budget", "60", "-o", out)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "topology.compute_device" in lines[0] and "h100-16.yaml" in lines[0]
+    assert not out.exists() and not fake_sweep
+
+
+def test_a_probe_rescales_the_packaged_model_within_twenty_seconds(runner, tmp_path, fake_sweep, monkeypatch):
+    from shardopt.profile.dataset import CPU_ID_VARIABLE
+
+    measured_on = json.loads((PACKAGED_PROFILE / "manifest.json").read_text())["cpu_id"]
+    monkeypatch.setenv(CPU_ID_VARIABLE, measured_on)  # the stand-in points' machine is this one
+    out = tmp_path / "probe.json"
+    result = run_cli(runner, "calibrate", "--probe", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert fake_sweep[0]["preset"] == "probe" and 0 < fake_sweep[0]["deadline_in"] <= 20
+    data = json.loads(out.read_text())
+    assert data["report"]["model"] == "packaged model, rescaled"
+    # the file speaks for the machine the probe measured, which --robust auto then trusts
+    assert data["calibration"]["trained_on"]["cpu_id"] == measured_on
+    plan = tmp_path / "p.json"
+    result = run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--cost-model", f"learned@{out}", "--search", "greedy",
+                     "-o", plan)
+    assert result.exit_code == 0 and "robust: off" in result.stdout
+    again = tmp_path / "q.json"
+    run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--cost-model", f"learned@{out}", "--search", "greedy", "-o", again)
+    assert plan.read_bytes() == again.read_bytes()

@@ -9,7 +9,8 @@ import yaml
 
 from conftest import DATA, run_cli
 from shardopt.core.files import write_atomic
-from shardopt.core.plan import plan_from_dict, plan_to_json, read_plan
+from shardopt.core.errors import ShardoptError
+from shardopt.core.plan import PLAN_VERSION, plan_from_dict, plan_to_json, read_plan
 from shardopt.arithmetic.checks import check_plan
 from shardopt.core.workload import read_workload
 
@@ -20,17 +21,52 @@ GOOD_PLAN = DATA / "good_plan.json"
 
 
 def test_good_plan_round_trips_byte_for_byte():
-    text = GOOD_PLAN.read_text().replace('"version": 1', '"version": 2')
+    text = GOOD_PLAN.read_text().replace('"version": 1', f'"version": {PLAN_VERSION}')
     assert plan_to_json(plan_from_dict(json.loads(text))) == text
 
 
-def test_version_1_plan_is_read_as_version_2():
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_plan_is_read_as_the_current_version(version):
     old = json.loads(GOOD_PLAN.read_text())
     assert old["version"] == 1
+    old["version"] = version
     plan = plan_from_dict(old)
-    assert plan.version == 2
+    assert plan.version == PLAN_VERSION == 3
     assert all(t.cache_load_factor is None for t in plan.tables)
-    assert plan.predicted.search is None
+    assert plan.predicted.search is None and plan.predicted.sensitivity is None
+
+
+SENSITIVITY = {"compute_scales": [0.333333, 1.0, 3.0], "steps_ms": [0.2, 0.4, 1.0],
+               "expected_ms": [0.38, 0.4, 0.45], "table_error": 0.2, "basis": "fitted elsewhere",
+               "extrapolated": ["t1"]}
+
+
+def test_version_3_sensitivity_round_trips_and_a_version_2_file_may_not_carry_it():
+    data = json.loads(GOOD_PLAN.read_text())
+    data["version"] = 3
+    data["predicted"]["sensitivity"] = SENSITIVITY
+    text = plan_to_json(plan_from_dict(data))
+    again = plan_from_dict(json.loads(text))
+    assert plan_to_json(again) == text
+    assert again.predicted.sensitivity.extrapolated == ("t1",)
+    data["version"] = 2
+    with pytest.raises(ShardoptError, match="predicted.sensitivity: not a version 2 field"):
+        plan_from_dict(data)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda s: s.update(steps_ms=[0.2, 0.4]), "one step per compute scale"),
+    (lambda s: s.update(expected_ms=[0.5, 0.4, 0.45]), "in that order"),
+    (lambda s: s.update(compute_scales=[0.0, 1.0, 3.0]), "compute_scales"),
+])
+def test_an_inconsistent_sensitivity_is_refused(change, words):
+    data = json.loads(GOOD_PLAN.read_text())
+    data["version"] = 3
+    sens = copy.deepcopy(SENSITIVITY)
+    change(sens)
+    data["predicted"]["sensitivity"] = sens
+    with pytest.raises(ShardoptError, match=words):
+        plan_from_dict(data, "p.json")
 
 
 def test_version_2_fields_round_trip():
