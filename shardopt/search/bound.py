@@ -26,6 +26,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.contracts import ShardSpec
 from shardopt.search.candidates import Candidate, finest_cuts, piece_costs as costs_of, split_evenly, whole_row_cut
 from shardopt.core.workload import Workload
+from shardopt.search.shared import shared
 
 
 def balance_lower_bound(
@@ -34,6 +35,23 @@ def balance_lower_bound(
     candidates: Mapping[str, Sequence[Candidate]],
     piece_costs: Mapping[str, Sequence[Sequence[ShardCost]]],
     possible: bool = False,
+) -> float:
+    """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds
+    (computed once per set of candidates, workload and model)."""
+    key = ("bound", id(candidates), id(piece_costs), possible)
+    held = shared(cost_model, workload, key, lambda: (candidates, piece_costs, _bound(
+        workload, cost_model, candidates, piece_costs, possible)))
+    if held[0] is candidates and held[1] is piece_costs:
+        return held[2]
+    return _bound(workload, cost_model, candidates, piece_costs, possible)  # ids of objects gone
+
+
+def _bound(
+    workload: Workload,
+    cost_model: CostModel,
+    candidates: Mapping[str, Sequence[Candidate]],
+    piece_costs: Mapping[str, Sequence[Sequence[ShardCost]]],
+    possible: bool,
 ) -> float:
     """``piece_costs[table][candidate][piece]`` matches ``candidates``; returns milliseconds.
 

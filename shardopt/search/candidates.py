@@ -30,6 +30,7 @@ from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.layout import shard_bytes
 from shardopt.core.workload import Table, Workload
 from shardopt.search.rules import pinned_cuts
+from shardopt.search.shared import shared
 
 MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per warp
 # RecShard tiers: cache the rows drawing these shares of a table's lookups.
@@ -222,6 +223,14 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
 
 def workload_candidates(
     workload: Workload, model: CostModel, which: CandidateSet = "all"
+) -> tuple[dict[str, list[Candidate]], dict[str, list[list[ShardCost]]]]:
+    """Every table's candidates and their piece costs (computed once per workload and model: the
+    caller must not change them)."""
+    return shared(model, workload, ("candidates", which), lambda: _workload_candidates(workload, model, which))
+
+
+def _workload_candidates(
+    workload: Workload, model: CostModel, which: CandidateSet
 ) -> tuple[dict[str, list[Candidate]], dict[str, list[list[ShardCost]]]]:
     """Every table's candidates and their piece costs, chosen by cost as well as memory.
 

@@ -26,6 +26,7 @@ from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, workload_candidates
 from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.rules import RankGuard, same_piece_counts
+from shardopt.search.shared import shared
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
 from shardopt.core.workload import Workload
 
@@ -146,7 +147,17 @@ class GreedySearch:
 
     @staticmethod
     def _search_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
-        """Place with tables cut until their largest piece is at most ``target_ms``."""
+        """Place with tables cut until their largest piece is at most ``target_ms`` (placement
+        balances rank totals whatever the objective, so a robust greedy reuses the nominal one's)."""
+        target = tuple(target_ms.tolist()) if isinstance(target_ms, np.ndarray) else float(target_ms)
+        held = shared(cost_model, workload, ("placed", id(candidates), id(costs), target),
+                      lambda: (candidates, costs, GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms)))
+        if held[0] is candidates and held[1] is costs:
+            return held[2]
+        return GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms)
+
+    @staticmethod
+    def _place_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
         failure: Unplaceable | None = None
         for order in ("cost", "memory"):
             choice = {name: _initial_choice(costs[name], target_ms) for name in candidates}

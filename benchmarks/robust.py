@@ -1,0 +1,177 @@
+"""Plans under a wrong cost model, replayed side by side with TorchRec's: does the robust search hold?
+
+    python benchmarks/robust.py [--per-regime 3] [--rounds 7] [--calibrated FILE] [--workload-budget 0]
+
+For each held-out task of every regime (``shardopt.bench.regimes``) the plans below are made and
+replayed side by side on this machine's kernels (distinct batches, interleaved ranks, comm from
+the declared links); each plan's replayed step is divided by TorchRec's of the same round set.
+
+- ``default``: ``shardopt plan`` as it ships (packaged model, ``--robust auto``);
+- ``nominal``: the packaged model, ``--robust off``;
+- ``calibrated``: ``--calibrated FILE`` (a ``shardopt calibrate`` model of this machine), its auto;
+- ``x0.25`` / ``x4``: the packaged model's compute scaled (a deliberately wrong model),
+  ``-off`` nominal search, ``-on`` robust search;
+- ``noise``: each table's compute off by its own log-normal factor (log-sd ``--noise``, stable per
+  table name), ``-off`` / ``-on`` likewise;
+- ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
+  task, S seconds (its auto).
+
+Writes ``benchmarks/results/robust.md`` (``--output``): per task, and the geometric mean, worst
+task and measured bottleneck over the mean rank per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from planner_ab import ScaledCompute  # noqa: E402
+
+from shardopt.costmodel.analytic import AnalyticCostModel  # noqa: E402
+
+
+class TableNoise(AnalyticCostModel):
+    """The analytic model with each table's lookups times its own factor exp(N(0, sigma)),
+    drawn from the table's name: an error of the model's kind that does not cancel on a rank."""
+
+    def __init__(self, base: AnalyticCostModel, sigma: float) -> None:
+        super().__init__(base._hardware, base.calibration)
+        self.held_out, self.sigma = base.held_out, sigma
+
+    def _factor(self, name: str) -> float:
+        return float(np.exp(self.sigma * np.random.default_rng(zlib.crc32(name.encode())).standard_normal()))
+
+    def _shard_cost(self, workload, hw, spec, cache):
+        import dataclasses
+
+        cost = super()._shard_cost(workload, hw, spec, cache)
+        f = self._factor(spec.table.name.split("#")[0])
+        return dataclasses.replace(cost, fwd_compute_ms=cost.fwd_compute_ms * f, bwd_compute_ms=cost.bwd_compute_ms * f)
+
+
+def _scaled(base: AnalyticCostModel, factor: float) -> AnalyticCostModel:
+    model = ScaledCompute(base, factor)
+    model.held_out = base.held_out
+    return model
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    from shardopt.bench.regimes import REGIMES, regime_task
+    from shardopt.contracts import Breakdown, PlanConfig
+    from shardopt.core.workload import workload_to_dict, workload_yaml
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.planner.factory import plan_with
+    from shardopt.torchrec.to_model import torchrec_plan
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--per-regime", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calibrated", type=Path, help="a `shardopt calibrate` model file of this machine")
+    parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--workload-budget", type=float, default=0.0)
+    parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "robust.md")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    rows, ratios, imbalance = [], {}, {}
+    for regime in REGIMES:
+        for i in range(args.per_regime):
+            task = regime_task(regime, 1000 + i)
+            w = task.workload
+            packaged, _ = resolve_cost_model("analytic", w)
+            makers = {
+                "default": lambda: plan_with(w, PlanConfig()),
+                "nominal": lambda: plan_with(w, PlanConfig(robust="off"), cost_model=packaged),
+            }
+            if args.calibrated:
+                makers["calibrated"] = lambda: plan_with(w, PlanConfig(cost_model=f"analytic@{args.calibrated}"))
+            for name, model in (("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0)),
+                                ("noise", TableNoise(packaged, args.noise))):
+                for mode in ("off", "on"):
+                    makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
+            if args.workload_budget:
+                makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict)
+            if args.only:
+                makers = {k: v for k, v in makers.items() if k in args.only.split(",")}
+            try:
+                plans = {"torchrec": torchrec_plan(w)}
+            except Exception as exc:  # TorchRec's planner found no plan: nothing to compare with
+                print(f"| {task.name} | TorchRec: no plan ({exc}) |", flush=True)
+                continue
+            for name, make in makers.items():
+                plans[name] = make()
+            result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
+            base = Breakdown.of(result.per_rank["torchrec"]).step_ms
+            cells = []
+            for name in makers:
+                per_rank = result.per_rank[name]
+                ratio = Breakdown.of(per_rank).step_ms / base
+                totals = [r.fwd_compute_ms + r.bwd_compute_ms for r in per_rank]
+                ratios.setdefault(name, []).append(ratio)
+                imbalance.setdefault(name, []).append(max(totals) / float(np.mean(totals)))
+                cells.append(f"{ratio:.3f}")
+            rows.append(f"| {task.name} | " + " | ".join(cells) + " |")
+            print(rows[-1], f"({time.perf_counter() - started:.0f} s)", flush=True)
+    names = list(ratios)
+    gmean = {n: math.exp(float(np.mean(np.log(ratios[n])))) for n in names}
+    lines = [
+        "# Plans under a wrong cost model, replayed beside TorchRec's",
+        "",
+        f"Command: `python benchmarks/robust.py --per-regime {args.per_regime} --rounds {args.rounds}"
+        + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
+        + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
+        + (f" --only {args.only}" if args.only else "")
+        + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s. Held-out tasks"
+        " (seeds 1000..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
+        " side-by-side replay (lower is better). Variants: see the script's docstring.",
+        "",
+        "| task | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+        *rows,
+        "| **geomean** | " + " | ".join(f"**{gmean[n]:.3f}**" for n in names) + " |",
+        "| worst | " + " | ".join(f"{max(ratios[n]):.3f}" for n in names) + " |",
+        "| lookups' slowest rank / mean, median | " + " | ".join(f"{np.median(imbalance[n]):.3f}" for n in names) + " |",
+        "| tasks with slowest rank <= 1.10x mean | "
+        + " | ".join(f"{np.mean(np.array(imbalance[n]) <= 1.10):.0%}" for n in names) + " |",
+    ]
+    ref = "workload" if "workload" in gmean else "calibrated" if "calibrated" in gmean else None
+    if ref:
+        lines += ["", f"Against `{ref}` (geomean of the same tasks): "
+                  + ", ".join(f"{n} {gmean[n] / gmean[ref]:.3f}" for n in names if n != ref) + "."]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dict):
+    """``shardopt calibrate --workload`` of this task, then its plan with the model it wrote."""
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner.factory import plan_with
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, model = Path(tmp) / "w.yaml", Path(tmp) / "model.json"
+        path.write_text(workload_yaml(workload_to_dict(workload)))
+        subprocess.run([sys.executable, "-m", "shardopt", "calibrate", "--workload", str(path), "--budget",
+                        f"{budget:g}", "-o", str(model)], check=True, capture_output=True)
+        return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
+
+
+if __name__ == "__main__":
+    main()
