@@ -127,15 +127,17 @@ def plan_penalty(objective: Objective, workload: Workload, model: CostModel, tab
     """The robust objective's penalty of a plan's cuts (0 for any other objective)."""
     if not isinstance(objective, RobustObjective):
         return 0.0
-    total = 0.0
-    for tp in tables:
-        table = workload.table(tp.name)
-        costs: dict[tuple[int, int], object] = {}
-        for shard in tp.shards:
-            if shard.sizes not in costs:
-                costs[shard.sizes] = model.shard_cost(workload, ShardSpec.placed(table, tp, shard))
-        total += objective.penalty_of(tp.name, [costs[s.sizes] for s in tp.shards])
-    return total
+    return sum(objective.penalty_of(tp.name, _shard_costs(workload, model, tp)) for tp in tables)
+
+
+def _shard_costs(workload: Workload, model: CostModel, tp: TablePlan) -> list:
+    """Each shard's cost in order, priced once per shape (a row-wise cut over W ranks has two)."""
+    table = workload.table(tp.name)
+    costs: dict[tuple[int, int], object] = {}
+    for shard in tp.shards:
+        if shard.sizes not in costs:
+            costs[shard.sizes] = model.shard_cost(workload, ShardSpec.placed(table, tp, shard))
+    return [costs[shard.sizes] for shard in tp.shards]
 
 
 def plan_score(objective: Objective, workload: Workload, model: CostModel, tables: Sequence[TablePlan]) -> float:
@@ -173,12 +175,7 @@ def _table_shares(workload: Workload, model: CostModel, tables: Sequence[TablePl
     index = {t.name: i for i, t in enumerate(workload.tables)}
     out = np.zeros((workload.topology.world_size, len(index), 2))
     for tp in tables:
-        table = workload.table(tp.name)
-        costs: dict[tuple[int, int], object] = {}
-        for shard in tp.shards:
-            if shard.sizes not in costs:
-                costs[shard.sizes] = model.shard_cost(workload, ShardSpec.placed(table, tp, shard))
-            c = costs[shard.sizes]
+        for shard, c in zip(tp.shards, _shard_costs(workload, model, tp)):
             out[shard.rank, index[tp.name]] += (c.fwd_compute_ms, c.bwd_compute_ms)
     totals = out.sum(axis=1, keepdims=True)
     return np.divide(out, totals, out=np.zeros_like(out), where=totals > 0)
