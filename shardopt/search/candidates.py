@@ -20,15 +20,16 @@ import math
 from functools import lru_cache
 from dataclasses import dataclass, replace
 from itertools import accumulate, repeat
-from typing import Literal, NamedTuple, Optional
+from typing import Literal, NamedTuple, Optional, Sequence
 
 from shardopt.arithmetic.access import row_buckets
 from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
-from shardopt.contracts import ShardSpec
+from shardopt.core.plan import Shard, TablePlan
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.layout import shard_bytes
 from shardopt.core.workload import Table, Workload
+from shardopt.search.pricing import piece_costs  # noqa: F401  (re-exported: the searches price through here)
 from shardopt.search.rules import pinned_cuts
 from shardopt.search.shared import shared
 
@@ -375,34 +376,13 @@ def _hbm_short(workload: Workload) -> bool:
     return total > HBM_TIGHT * workload.topology.hbm_cap * workload.topology.world_size
 
 
-def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:
-    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any); with
-    ``floor``, the model's floor under it (what a lower bound adds up)."""
-    table = workload.table(cand.table)
-    cost = model.shard_floor if floor else model.shard_cost
-    if cand.replicated_rows:
-        return _hot_row_costs(workload, cost, cand, table)
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) not in by_shape:
-            by_shape[p.rows, p.cols] = cost(workload, ShardSpec(
-                table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel, cand.cache_load_factor))
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
-
-
-def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
-    from shardopt.arithmetic.hotrows import split_table
-
-    hot, cold = split_table(table, cand.replicated_rows)
-    replica = cost(workload, ShardSpec(hot, "data_parallel", hot.num_embeddings, table.embedding_dim))
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) in by_shape:
-            continue
-        c = cost(workload, ShardSpec(cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel))
-        by_shape[p.rows, p.cols] = ShardCost(
-            c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
-            c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
-            c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
-        )
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
+def table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
+    """The candidate's pieces on the ranks chosen for them, as a plan's table."""
+    shards = tuple(
+        Shard(rank=rank, offsets=(p.row_offset, p.col_offset), sizes=(p.rows, p.cols))
+        for rank, p in zip(ranks, cand.pieces)
+    )
+    return TablePlan(
+        name=cand.table, sharding_type=cand.sharding_type, compute_kernel=cand.compute_kernel,
+        cache_load_factor=cand.cache_load_factor, replicated_rows=cand.replicated_rows, shards=shards,
+    )

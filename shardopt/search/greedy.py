@@ -20,10 +20,10 @@ import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.uncertainty import plan_score
-from shardopt.core.plan import Shard, TablePlan
+from shardopt.core.plan import TablePlan
 from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
-from shardopt.search.candidates import Candidate, workload_candidates
+from shardopt.search.candidates import Candidate, table_plan, workload_candidates
 from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
@@ -219,7 +219,7 @@ def _place(
     if guard is None:  # moves would have to re-check every rule: the rules' plans go to CP-SAT as placed
         _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
     return tuple(
-        _table_plan(candidates[name][choice[name]], assigned[name]) for name in names
+        table_plan(candidates[name][choice[name]], assigned[name]) for name in names
     )
 
 
@@ -386,18 +386,3 @@ def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, r
         ranks.take(worst, kind, cost, -1)
         ranks.take(dest, kind, cost)
         assigned[name][i] = dest
-
-
-def _table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:
-    shards = tuple(
-        Shard(rank=rank, offsets=(p.row_offset, p.col_offset), sizes=(p.rows, p.cols))
-        for rank, p in zip(ranks, cand.pieces)
-    )
-    return TablePlan(
-        name=cand.table,
-        sharding_type=cand.sharding_type,
-        compute_kernel=cand.compute_kernel,
-        cache_load_factor=cand.cache_load_factor,
-        replicated_rows=cand.replicated_rows,
-        shards=shards,
-    )

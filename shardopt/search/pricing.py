@@ -1,0 +1,45 @@
+"""A candidate's pieces priced by the cost model, each shape once (with a hot-row replica's share)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardopt.contracts import ShardSpec
+from shardopt.core.workload import Workload
+from shardopt.costmodel.base import CostModel, ShardCost
+
+if TYPE_CHECKING:
+    from shardopt.search.candidates import Candidate
+
+
+def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:
+    """Each piece's cost on its own (with a hot-row replica's share on its rank, if any); with
+    ``floor``, the model's floor under it (what a lower bound adds up)."""
+    table = workload.table(cand.table)
+    cost = model.shard_floor if floor else model.shard_cost
+    if cand.replicated_rows:
+        return _hot_row_costs(workload, cost, cand, table)
+    by_shape: dict[tuple[int, int], ShardCost] = {}
+    for p in cand.pieces:
+        if (p.rows, p.cols) not in by_shape:
+            by_shape[p.rows, p.cols] = cost(workload, ShardSpec(
+                table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel, cand.cache_load_factor))
+    return [by_shape[p.rows, p.cols] for p in cand.pieces]
+
+
+def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
+    from shardopt.arithmetic.hotrows import split_table
+
+    hot, cold = split_table(table, cand.replicated_rows)
+    replica = cost(workload, ShardSpec(hot, "data_parallel", hot.num_embeddings, table.embedding_dim))
+    by_shape: dict[tuple[int, int], ShardCost] = {}
+    for p in cand.pieces:
+        if (p.rows, p.cols) in by_shape:
+            continue
+        c = cost(workload, ShardSpec(cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel))
+        by_shape[p.rows, p.cols] = ShardCost(
+            c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
+            c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
+            c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
+        )
+    return [by_shape[p.rows, p.cols] for p in cand.pieces]
