@@ -326,12 +326,7 @@ class AnalyticCostModel(CostModel):
         ranks = range(workload.topology.world_size) if only is None else [only]
         for rank, kernels in zip(ranks, rank_kernels(workload, tables, workload.topology.compute_device, only)):
             for members in kernels.values():
-                cache = kernel_cache(hw, [
-                    (p.table, p.rows, p.cols, shard_lookups(workload, p.table, p.sharding_type, p.rows))
-                    for p in members
-                ], workload.optimizer)
-                for placed in members:
-                    cost = self._shard_cost(workload, hw, placed.spec, cache)
+                for placed, cost in zip(members, self._kernel_costs(workload, hw, members)):
                     acc = sums[rank]
                     acc[0] += cost.fwd_compute_ms
                     acc[1] += cost.bwd_compute_ms
@@ -364,6 +359,23 @@ class AnalyticCostModel(CostModel):
                 )
             )
         return out
+
+
+    def _kernel_costs(self, workload: Workload, hw: Hardware, members) -> list[ShardCost]:
+        """Each shard's cost in one fused kernel, priced once per kernel of the same shards: a
+        repair's re-score changes one or two ranks, and pricing every other rank's kernels again
+        was most of a plan's time at 1000 tables x 128 ranks."""
+        memo = self._memo(workload)
+        key = ("kernel", hw, tuple((id(p.table), p.sharding_type, p.rows, p.cols, p.compute_kernel,
+                                    p.cache_load_factor) for p in members))
+        costs = memo.get(key)
+        if costs is None:
+            cache = kernel_cache(hw, [
+                (p.table, p.rows, p.cols, shard_lookups(workload, p.table, p.sharding_type, p.rows))
+                for p in members
+            ], workload.optimizer)
+            costs = memo[key] = [self._shard_cost(workload, hw, p.spec, cache) for p in members]
+        return costs
 
 
 def calibrated_hardware(hw: Hardware, calibration: Calibration | None) -> Hardware:

@@ -65,6 +65,7 @@ class _Items:
         self.rank, self.table = rank, table
         self.load, self.free, self.free_ddr = load, free, free_ddr
         self.local = workload.topology.ranks_per_host
+        self.tables_count = len(self.plan)
 
     @classmethod
     def of(cls, workload: Workload, model: CostModel, tables: Sequence[TablePlan],
@@ -112,8 +113,9 @@ class _Items:
             src = int(np.argmax(self.load[:, k]))
             on_src = np.flatnonzero(self.rank == src)
             best = None
-            light = np.argsort(self.load[:, k], kind="stable")[:SWAP_RANKS]
-            partners = np.flatnonzero(np.isin(self.rank, light))
+            light = np.zeros(len(self.load), dtype=bool)
+            light[np.argsort(self.load[:, k], kind="stable")[:SWAP_RANKS]] = True
+            partners = np.flatnonzero(light[self.rank])
             for i in sorted(on_src, key=lambda i: (-self.cost[i, k], i))[:ITEMS_TRIED]:
                 for score, partner in (self._move(int(i), src), self._swap(int(i), src, partners)):
                     if score < step - _EPS and (best is None or score < best[0] - _EPS):
@@ -124,13 +126,16 @@ class _Items:
         return False
 
     def _others_max(self, src: int, dest: np.ndarray) -> np.ndarray:
-        """Per destination and phase, the slowest rank's load leaving out ``src`` and the destination."""
+        """Per destination and phase, the slowest rank's load leaving out ``src`` and the destination
+        (of the slowest three: the first not ``src``, or the next where that is the destination)."""
         order, top = self._order, self._top
-        out = np.full((len(dest), self.load.shape[1]), -np.inf)
-        for j in range(len(order) - 1, -1, -1):  # the first rank not excluded wins
-            ok = (order[j] != src)[None, :] & (order[j][None, :] != dest[:, None])
-            out = np.where(ok, top[j][None, :], out)
-        return out
+        not_src = order != src
+        nth = np.cumsum(not_src, axis=0)
+        first, second = not_src & (nth == 1), not_src & (nth == 2)
+        first_load = np.where(first, top, -np.inf).max(axis=0)
+        first_rank = np.where(first, order, -1).max(axis=0)
+        second_load = np.where(second, top, -np.inf).max(axis=0)
+        return np.where(dest[:, None] == first_rank[None, :], second_load[None, :], first_load[None, :])
 
     def _move(self, i: int, src: int) -> tuple[float, int | None]:
         """The best destination for item ``i``: (step after, rank), or (inf, None)."""
@@ -160,8 +165,12 @@ class _Items:
         cross = hosts != src_host
         ok &= ~cross | ((self.free_ddr[src_host] + self.ddr[i] - ddr >= 0)
                         & (self.free_ddr[hosts] + ddr - self.ddr[i] >= 0))
-        ok &= ~np.isin(self.table[partners], self.table[self.rank == src])  # src holds none of the partner's table
-        ok &= ~np.isin(dest, self.rank[self.table == self.table[i]])  # nor the partner's rank any of item i's
+        on_src = np.zeros(self.tables_count, dtype=bool)
+        on_src[self.table[self.rank == src]] = True
+        ok &= ~on_src[self.table[partners]]  # src holds none of the partner's table
+        holds_i = np.zeros(len(self.load), dtype=bool)
+        holds_i[self.rank[self.table == self.table[i]]] = True
+        ok &= ~holds_i[dest]  # nor the partner's rank any of item i's
         if not ok.any():
             return np.inf, None
         after_src = self.load[src][None, :] - self.cost[i][None, :] + cost

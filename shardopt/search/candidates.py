@@ -29,7 +29,7 @@ from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.layout import shard_bytes
 from shardopt.core.workload import Table, Workload
-from shardopt.search.pricing import piece_costs  # noqa: F401  (re-exported: the searches price through here)
+from shardopt.search.pricing import piece_costs, pieces_total
 from shardopt.search.rules import pinned_cuts
 from shardopt.search.shared import shared
 
@@ -102,7 +102,7 @@ def _row_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
     return _even_row_pieces(table.num_embeddings, table.embedding_dim, parts)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def _even_row_pieces(rows: int, dim: int, parts: int) -> tuple[Piece, ...]:
     """Shared between tables of one shape: 5000 tables over 1024 ranks made five million pieces."""
     sizes = split_evenly(rows, parts)
@@ -246,10 +246,10 @@ def _workload_candidates(
     world = workload.topology.world_size
     if world == 1:
         return candidates, costs  # one rank: a pin can only name it
-    balanced = sum(min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()) / world
+    balanced = sum(min(map(pieces_total, per)) for per in costs.values()) / world
     for table in workload.tables:
         cands, per = candidates[table.name], costs[table.name]
-        single = min((sum(p.total_ms for p in pieces) for c, pieces in zip(cands, per) if len(c.pieces) == 1),
+        single = min((pieces_total(pieces) for c, pieces in zip(cands, per) if len(c.pieces) == 1),
                      default=0.0)
         if single <= HOT_COST_SHARE * balanced:
             continue

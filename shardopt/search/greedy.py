@@ -24,6 +24,7 @@ from shardopt.core.plan import TablePlan
 from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_plan, workload_candidates
+from shardopt.search.pricing import pieces_max, pieces_total
 from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
@@ -113,7 +114,7 @@ class GreedySearch:
             candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
         bound = balance_lower_bound(workload, cost_model, candidates, costs, possible=possible)
         average = sum(
-            min(sum(p.total_ms for p in pieces) for pieces in per) for per in costs.values()
+            min(map(pieces_total, per)) for per in costs.values()
         ) / workload.topology.world_size
         best: tuple[float, tuple[TablePlan, ...]] | None = None
         failure: Unplaceable | None = None
@@ -175,7 +176,7 @@ class GreedySearch:
 
 def _phase_means(costs, world: int) -> np.ndarray:
     """A balanced rank's milliseconds in each phase, with every table at its cheapest cut."""
-    cheapest = [min(per, key=lambda pieces: sum(p.total_ms for p in pieces)) for per in costs.values()]
+    cheapest = [min(per, key=pieces_total) for per in costs.values()]
     return np.array([sum(rank_phases(p)[k] for pieces in cheapest for p in pieces) for k in range(len(PHASES))]) / world
 
 
@@ -189,10 +190,10 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms) -> 
         within = [i for i, phases in enumerate(distinct)
                   if all(max(ph[k] for ph in phases) <= target_ms[k] for k in range(len(PHASES)))]
         if within:
-            return min(within, key=lambda i: (sum(p.total_ms for p in per_candidate[i]), i))
+            return min(within, key=lambda i: (pieces_total(per_candidate[i]), i))
         target_ms = float(target_ms.sum())
     for i, pieces in enumerate(per_candidate):
-        if max(p.total_ms for p in pieces) <= target_ms:
+        if pieces_max(pieces) <= target_ms:
             return i
     return len(per_candidate) - 1
 

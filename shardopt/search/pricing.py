@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from shardopt.contracts import ShardSpec
 from shardopt.core.workload import Workload
@@ -43,3 +43,21 @@ def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
             c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
         )
     return [by_shape[p.rows, p.cols] for p in cand.pieces]
+
+
+def pieces_total(pieces: Sequence[ShardCost]) -> float:
+    """``sum(p.total_ms for p in pieces)``, the same float in the same order, each distinct cost
+    object totalled once: a cut's pieces share one object per shape, and 5000 tables x 1024 ranks
+    summed 6.7 million of them per pass (the loops below run in C)."""
+    if len(pieces) == 1:
+        return pieces[0].total_ms
+    ids = list(map(id, pieces))
+    totals = {key: p.total_ms for key, p in dict(zip(ids, pieces)).items()}
+    return sum(map(totals.__getitem__, ids))
+
+
+def pieces_max(pieces: Sequence[ShardCost]) -> float:
+    """``max(p.total_ms for p in pieces)``, each distinct cost object totalled once."""
+    if len(pieces) == 1:
+        return pieces[0].total_ms
+    return max(p.total_ms for p in dict(zip(map(id, pieces), pieces)).values())
