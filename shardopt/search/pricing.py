@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Sequence
 
 from shardopt.contracts import ShardSpec
@@ -11,6 +12,8 @@ from shardopt.costmodel.base import CostModel, ShardCost
 if TYPE_CHECKING:
     from shardopt.search.candidates import Candidate
 
+_SHAPE = itemgetter(2, 3)  # a Piece's (rows, cols)
+
 
 def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bool = False) -> list[ShardCost]:
     """Each piece's cost on its own (with a hot-row replica's share on its rank, if any); with
@@ -19,12 +22,11 @@ def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bo
     cost = model.shard_floor if floor else model.shard_cost
     if cand.replicated_rows:
         return _hot_row_costs(workload, cost, cand, table)
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) not in by_shape:
-            by_shape[p.rows, p.cols] = cost(workload, ShardSpec(
-                table, cand.sharding_type, p.rows, p.cols, cand.compute_kernel, cand.cache_load_factor))
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
+    shapes = list(map(_SHAPE, cand.pieces))  # in C: a cut over 1024 ranks has 1024 pieces, two shapes
+    by_shape = {shape: cost(workload, ShardSpec(
+        table, cand.sharding_type, shape[0], shape[1], cand.compute_kernel, cand.cache_load_factor))
+        for shape in dict.fromkeys(shapes)}
+    return list(map(by_shape.__getitem__, shapes))
 
 
 def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
