@@ -360,14 +360,13 @@ class AnalyticCostModel(CostModel):
             )
         return out
 
-
     def _kernel_costs(self, workload: Workload, hw: Hardware, members) -> list[ShardCost]:
         """Each shard's cost in one fused kernel, priced once per kernel of the same shards: a
         repair's re-score changes one or two ranks, and pricing every other rank's kernels again
         was most of a plan's time at 1000 tables x 128 ranks."""
         memo = self._memo(workload)
-        key = ("kernel", hw, tuple((id(p.table), p.sharding_type, p.rows, p.cols, p.compute_kernel,
-                                    p.cache_load_factor) for p in members))
+        key = ("kernel", tuple((id(p.table), p.sharding_type, p.rows, p.cols, p.compute_kernel,
+                                p.cache_load_factor) for p in members))
         costs = memo.get(key)
         if costs is None:
             cache = kernel_cache(hw, [

@@ -65,7 +65,6 @@ class _Items:
         self.rank, self.table = rank, table
         self.load, self.free, self.free_ddr = load, free, free_ddr
         self.local = workload.topology.ranks_per_host
-        self.tables_count = len(self.plan)
 
     @classmethod
     def of(cls, workload: Workload, model: CostModel, tables: Sequence[TablePlan],
@@ -165,7 +164,7 @@ class _Items:
         cross = hosts != src_host
         ok &= ~cross | ((self.free_ddr[src_host] + self.ddr[i] - ddr >= 0)
                         & (self.free_ddr[hosts] + ddr - self.ddr[i] >= 0))
-        on_src = np.zeros(self.tables_count, dtype=bool)
+        on_src = np.zeros(len(self.plan), dtype=bool)
         on_src[self.table[self.rank == src]] = True
         ok &= ~on_src[self.table[partners]]  # src holds none of the partner's table
         holds_i = np.zeros(len(self.load), dtype=bool)

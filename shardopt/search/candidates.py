@@ -102,7 +102,7 @@ def _row_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
     return _even_row_pieces(table.num_embeddings, table.embedding_dim, parts)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=4096)
 def _even_row_pieces(rows: int, dim: int, parts: int) -> tuple[Piece, ...]:
     """Shared between tables of one shape: 5000 tables over 1024 ranks made five million pieces."""
     sizes = split_evenly(rows, parts)

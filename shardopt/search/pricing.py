@@ -22,11 +22,8 @@ def piece_costs(workload: Workload, model: CostModel, cand: Candidate, floor: bo
     cost = model.shard_floor if floor else model.shard_cost
     if cand.replicated_rows:
         return _hot_row_costs(workload, cost, cand, table)
-    shapes = list(map(_SHAPE, cand.pieces))  # in C: a cut over 1024 ranks has 1024 pieces, two shapes
-    by_shape = {shape: cost(workload, ShardSpec(
-        table, cand.sharding_type, shape[0], shape[1], cand.compute_kernel, cand.cache_load_factor))
-        for shape in dict.fromkeys(shapes)}
-    return list(map(by_shape.__getitem__, shapes))
+    return _by_shape(cand, lambda rows, cols: cost(workload, ShardSpec(
+        table, cand.sharding_type, rows, cols, cand.compute_kernel, cand.cache_load_factor)))
 
 
 def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
@@ -34,17 +31,24 @@ def _hot_row_costs(workload, cost, cand: Candidate, table) -> list[ShardCost]:
 
     hot, cold = split_table(table, cand.replicated_rows)
     replica = cost(workload, ShardSpec(hot, "data_parallel", hot.num_embeddings, table.embedding_dim))
-    by_shape: dict[tuple[int, int], ShardCost] = {}
-    for p in cand.pieces:
-        if (p.rows, p.cols) in by_shape:
-            continue
-        c = cost(workload, ShardSpec(cold, cand.sharding_type, p.rows, p.cols, cand.compute_kernel))
-        by_shape[p.rows, p.cols] = ShardCost(
+
+    def with_replica(rows: int, cols: int) -> ShardCost:
+        c = cost(workload, ShardSpec(cold, cand.sharding_type, rows, cols, cand.compute_kernel))
+        return ShardCost(
             c.fwd_compute_ms + replica.fwd_compute_ms, c.bwd_compute_ms + replica.bwd_compute_ms,
             c.fwd_comm_ms + replica.fwd_comm_ms, c.bwd_comm_ms + replica.bwd_comm_ms,
             c.hbm_bytes + replica.hbm_bytes, c.ddr_bytes + replica.ddr_bytes,
         )
-    return [by_shape[p.rows, p.cols] for p in cand.pieces]
+
+    return _by_shape(cand, with_replica)
+
+
+def _by_shape(cand: Candidate, price) -> list[ShardCost]:
+    """``price(rows, cols)`` once per distinct shape, in order of first piece, one object per shape
+    (the loops run in C: a cut over 1024 ranks has 1024 pieces and two shapes)."""
+    shapes = list(map(_SHAPE, cand.pieces))
+    by_shape = {shape: price(*shape) for shape in dict.fromkeys(shapes)}
+    return list(map(by_shape.__getitem__, shapes))
 
 
 def pieces_total(pieces: Sequence[ShardCost]) -> float:
