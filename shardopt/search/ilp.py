@@ -4,8 +4,8 @@ minimising the bottleneck rank's cost under per-rank memory limits.
 The greedy plan, completed to every variable, is the first solution; a brief run of CP-SAT's whole
 portfolio proves small instances optimal, and large-neighbourhood search alone improves the rest
 (so the plan is never worse than the greedy one); costs are scaled to integers,
-and the search stops at a deterministic-time limit (a third of the wall-clock one, which it never
-exceeds) so that the same input gives the same plan.
+and the search stops at a deterministic-time limit (a fraction of the wall-clock one, which it
+never exceeds) so that the same input gives the same plan.
 CP-SAT's best bound is a lower bound on the bottleneck over the same candidates and additive
 shard costs; the returned bound is the larger of it and the cheap balance bound. Instances whose
 model would exceed ``max_variables`` are left to the greedy search, which reports its own bound.
@@ -52,6 +52,12 @@ REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver
 # the bench's, six solves: two plans).
 WALL_GUARD = 3.0
 QUICK_SHARE = 0.1  # of the solver's work, for the whole portfolio before LNS alone
+# Deterministic seconds per second of the solver's share. A third, as first sized, took 0.58 s of
+# large-neighbourhood search at 100 tables x 8 ranks on a 2-core VM (2.2 wall s per deterministic
+# s) and the plan 1.3 s against its 1 s limit; a twelfth leaves the candidates, bounds, greedy
+# and repair their time. Planned at a quarter of the work, 13 tasks scored 1.0013 of their
+# plans at full work (the model's geomean, worst 1.0096; benchmarks/results/plan_time.md).
+WORK_SHARE = 1 / 12
 
 
 @dataclass(frozen=True)
@@ -113,10 +119,10 @@ class IlpSearch:
 
     def _run(self, model: IlpModel):
         """CP-SAT's portfolio briefly, then large-neighbourhood search: (solver, status, bound, all run)."""
-        # The deterministic limit (a third of the solver's share of the time limit, which on a
-        # 2-core VM takes about half of it) stops the solver; the wall clock is a far guard.
+        # The deterministic limit (WORK_SHARE of the solver's share of the time limit) stops the
+        # solver; the wall clock is a far guard.
         solve_s = max(0.1, self.time_limit_s * (1 - REPAIR_SHARE))
-        work = solve_s / 3
+        work = solve_s * WORK_SHARE
         # First the whole portfolio, briefly: it proves small instances optimal (tiny.yaml in 0.07
         # deterministic seconds), which large-neighbourhood search alone never does.
         # Its wall guard is the whole solve's: its fixed costs (loading, presolve) do not shrink with
