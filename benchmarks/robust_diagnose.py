@@ -1,0 +1,156 @@
+"""Why plans lose to TorchRec where they do: four replayed diagnostics on tasks other than the
+held-out ones (seeds 2000.. by default), each printing one line per task.
+
+    python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--rounds 7] [--calibrated FILE]
+
+- ``rank-error``: the packaged model's per-rank compute error here (log of measured over predicted,
+  less the plan's mean: what unbalances ranks) beside the per-rank spread its doubt implies
+  (``costmodel.uncertainty``), for the nominal plan and TorchRec's;
+- ``floor``: the nominal plan replayed twice under two names (the replay's own noise) and every
+  table cut row-wise evenly over all ranks (ranks of identical shapes: the imbalance floor);
+- ``ablate``: the robust objective without its scales, without its per-table penalty, whole, and off;
+- ``models``: the default path, the packaged learned model (robust and not), and a ``shardopt
+  calibrate`` model of this machine (``--calibrated``) as analytic and as learned.
+
+Cells: replayed step over TorchRec's (lower is better) / slowest rank's lookups over the mean rank's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import time
+import warnings
+
+import numpy as np
+
+
+def _rw_plan(workload, like):
+    from shardopt.core.plan import Shard, TablePlan
+    from shardopt.search.candidates import split_evenly
+
+    world, tables = workload.topology.world_size, []
+    for t in workload.tables:
+        offsets = np.cumsum([0, *split_evenly(t.num_embeddings, world)])
+        shards = tuple(Shard(rank=r, offsets=(int(offsets[r]), 0), sizes=(int(offsets[r + 1] - offsets[r]), t.embedding_dim))
+                       for r in range(world))
+        tables.append(TablePlan(name=t.name, sharding_type="row_wise", shards=shards))
+    return dataclasses.replace(like, tables=tuple(tables))
+
+
+def _variant_maker(args):
+    """The mode's plans of one task, by name (the robust objective's parts switched as asked)."""
+    from shardopt.contracts import PlanConfig
+    from shardopt.costmodel import uncertainty
+    from shardopt.planner.factory import plan_with
+
+    part = {"which": None}
+    whole = uncertainty.robust_objective
+
+    def ablated(*a, **k):
+        objective = whole(*a, **k)
+        if part["which"] == "no-scales":
+            return dataclasses.replace(objective, scales=(1.0,))
+        if part["which"] == "no-penalty":
+            return dataclasses.replace(objective, variance=())
+        return objective
+
+    uncertainty.robust_objective = ablated
+
+    def variants(w, packaged):
+        if args.mode in ("rank-error", "floor"):
+            nominal = plan_with(w, PlanConfig(robust="off"), cost_model=packaged)
+            extra = {"nominal-again": nominal, "row-wise": _rw_plan(w, nominal)} if args.mode == "floor" else {}
+            return {"nominal": nominal, **extra}
+        if args.mode == "ablate":
+            out = {}
+            for name in ("off", "whole", "no-scales", "no-penalty"):
+                part["which"] = name
+                out[name] = plan_with(w, PlanConfig(robust="off" if name == "off" else "on"), cost_model=packaged)
+            return out
+        out = {"default": plan_with(w, PlanConfig()),
+               "learned": plan_with(w, PlanConfig(cost_model="learned")),
+               "learned-off": plan_with(w, PlanConfig(cost_model="learned", robust="off"))}
+        if args.calibrated:
+            out["cal-analytic"] = plan_with(w, PlanConfig(cost_model=f"analytic@{args.calibrated}"))
+            out["cal-learned"] = plan_with(w, PlanConfig(cost_model=f"learned@{args.calibrated}"))
+        return out
+
+    return variants
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    from shardopt.bench.regimes import REGIMES, regime_task
+    from shardopt.contracts import Breakdown
+    from shardopt.costmodel import uncertainty
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.torchrec.to_model import torchrec_plan
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models"))
+    parser.add_argument("--seed", type=int, default=2000)
+    parser.add_argument("--per-regime", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calibrated", help="a `shardopt calibrate` model file (models)")
+    args = parser.parse_args()
+
+    variants = _variant_maker(args)
+
+    started, ratios, spread = time.perf_counter(), {}, {"measured": [], "doubt": []}
+    for regime in REGIMES:
+        for i in range(args.per_regime):
+            task = regime_task(regime, args.seed + i)
+            w = task.workload
+            packaged, _ = resolve_cost_model("analytic", w)
+            try:
+                plans = {"torchrec": torchrec_plan(w)}
+            except Exception:  # TorchRec's planner found no plan: nothing to compare with
+                print(task.name, "TorchRec: no plan", flush=True)
+                continue
+            plans.update(variants(w, packaged))
+            result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
+            base = Breakdown.of(result.per_rank["torchrec"]).step_ms
+            cells = []
+            for name, plan in plans.items():
+                measured = np.array([r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]])
+                if args.mode == "rank-error" and name in ("nominal", "torchrec"):
+                    cells.append(f"{name}: " + _rank_error(w, packaged, plan, measured, spread, uncertainty))
+                    continue
+                ratio = Breakdown.of(result.per_rank[name]).step_ms / base
+                ratios.setdefault(name, []).append((ratio, measured.max() / measured.mean()))
+                if name != "torchrec":
+                    cells.append(f"{name}={ratio:.3f}/{measured.max() / measured.mean():.2f}")
+            print(task.name, " ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
+    if args.mode == "rank-error":
+        rms = {k: math.sqrt(float(np.mean(np.square(v)))) for k, v in spread.items()}
+        print(f"all ranks: measured rms {rms['measured']:.3f}, doubt's {rms['doubt']:.3f}")
+        return
+    for name, rows in ratios.items():
+        r, imb = np.array(rows).T
+        print(f"{name}: geomean {math.exp(float(np.mean(np.log(r)))):.3f}, worst {r.max():.3f},"
+              f" slowest/mean median {np.median(imb):.3f}, <= 1.10 on {np.mean(imb <= 1.10):.0%}")
+
+
+def _rank_error(w, model, plan, measured, spread, uncertainty) -> str:
+    """Measured per-rank error (demeaned log) and the doubt's per-rank spread, both rms."""
+    sigma = uncertainty.doubt_for(model, w).table_sigma()
+    s = np.array([sigma[t.name] for t in w.tables])
+    predicted = np.array([r.fwd_compute_ms + r.bwd_compute_ms for r in model.breakdown(w, plan.tables)])
+    ok = predicted > 0
+    log_ratio = np.log(measured[ok] / predicted[ok])
+    resid = log_ratio - log_ratio.mean()
+    shares = uncertainty._table_shares(w, model, plan.tables).mean(axis=2)[ok]
+    doubt = np.sqrt(((shares * s) ** 2).sum(axis=1)) * math.sqrt((ok.sum() - 1) / ok.sum())
+    spread["measured"] += list(resid)
+    spread["doubt"] += list(doubt)
+    return (f"measured {math.sqrt(np.mean(resid ** 2)):.3f}"
+            f" doubt {math.sqrt(np.mean(doubt ** 2)):.3f} scale {math.exp(log_ratio.mean()):.2f}")
+
+
+if __name__ == "__main__":
+    main()
