@@ -45,29 +45,33 @@ def check_plan(workload: Workload, plan: Plan, workload_sha256: str | None = Non
         report.violations.append(
             f"world_size: plan has {plan.world_size}, workload topology has {topo.world_size}"
         )
+    report.violations.extend(tables_violations(workload, plan.tables, placement=not report.violations))
+    return report
+
+
+def tables_violations(workload: Workload, planned, placement: bool = True) -> list[str]:
+    """What ``check_plan`` finds in a plan's tables: coverage, bounds, ranks, rules, memory and
+    (with ``placement``, where nothing else is wrong) the placement rules."""
+    out: list[str] = []
     tables = {t.name: t for t in workload.tables}
     seen: dict[str, int] = {}
-    for i, table_plan in enumerate(plan.tables):
+    for i, table_plan in enumerate(planned):
         where = f"tables[{i}]"
         if table_plan.name not in tables:
-            report.violations.append(f"{where}.name: no table {table_plan.name!r} in the workload")
+            out.append(f"{where}.name: no table {table_plan.name!r} in the workload")
             continue
         if table_plan.name in seen:
-            report.violations.append(
-                f"{where}.name: table {table_plan.name!r} planned twice (also tables[{seen[table_plan.name]}])"
-            )
+            out.append(f"{where}.name: table {table_plan.name!r} planned twice (also tables[{seen[table_plan.name]}])")
             continue
         seen[table_plan.name] = i
-        report.violations.extend(
-            _table_violations(workload, tables[table_plan.name], table_plan, where)
-        )
+        out.extend(_table_violations(workload, tables[table_plan.name], table_plan, where))
     for name in tables:
         if name not in seen:
-            report.violations.append(f"tables: workload table {name!r} is missing from the plan")
-    report.violations.extend(_memory_violations(workload, plan))
-    if not report.violations:
-        report.violations.extend(placement_violations(workload, plan.tables))
-    return report
+            out.append(f"tables: workload table {name!r} is missing from the plan")
+    out.extend(_memory_violations(workload, planned))
+    if placement and not out:
+        out.extend(placement_violations(workload, planned))
+    return out
 
 
 def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: str) -> list[str]:
@@ -176,9 +180,9 @@ def _coverage_violations(
     return out
 
 
-def _memory_violations(workload: Workload, plan: Plan) -> list[str]:
+def _memory_violations(workload: Workload, planned) -> list[str]:
     topo = workload.topology
-    hbm, ddr = plan_memory(workload, plan.tables)
+    hbm, ddr = plan_memory(workload, planned)
     out = []
     for rank in sorted(hbm):
         cap = topo.rank_caps[rank] if rank < topo.world_size else topo.hbm_cap

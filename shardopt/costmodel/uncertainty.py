@@ -152,6 +152,23 @@ def sensitivity(workload: Workload, model: CostModel, tables: Sequence[TablePlan
     ranks = model.breakdown(workload, tables)
     peaks = np.array([rank_phases(r) for r in ranks]).max(axis=0)
     steps = tuple(float(s * (peaks[0] + peaks[2]) + peaks[1] + peaks[3]) for s in doubt.scales)
+    drawn = _drawn_steps(workload, model, tables, doubt, ranks)
+    low, mid, high = (float(np.percentile(drawn, q)) for q in INTERVAL)
+    return Sensitivity(compute_scales=tuple(float(x) for x in doubt.scales), steps_ms=steps,
+                       expected_ms=(low, mid, high), table_error=round(doubt.typical_sigma, 4),
+                       basis=doubt.basis, extrapolated=tuple(name for name, _ in doubt.extrapolated))
+
+
+def expected_step(workload: Workload, model: CostModel, tables: Sequence[TablePlan], doubt: Doubt) -> float:
+    """The plan's step averaged over the draws of each table's error: what it can be expected to
+    take. Unlike the search's penalty (first order, per cut) it sees whole ranks: a table whose
+    error moves every rank alike (cut evenly over all of them) unbalances none."""
+    return float(np.mean(_drawn_steps(workload, model, tables, doubt, model.breakdown(workload, tables))))
+
+
+def _drawn_steps(workload: Workload, model: CostModel, tables: Sequence[TablePlan], doubt: Doubt, ranks) -> np.ndarray:
+    """The step under each of ``DRAWS`` draws of the tables' errors (mean-one log-normals)."""
+    peaks = np.array([rank_phases(r) for r in ranks]).max(axis=0)
     shares = _table_shares(workload, model, tables)  # (ranks, tables, 2)
     names = [t.name for t in workload.tables]
     sigma = doubt.table_sigma()
@@ -161,12 +178,7 @@ def sensitivity(workload: Workload, model: CostModel, tables: Sequence[TablePlan
     nominal = np.array([[r.fwd_compute_ms, r.bwd_compute_ms] for r in ranks])  # (ranks, 2)
     weight = np.einsum("dt,rtp->drp", factor, shares)  # each rank's lookups, reweighted
     noisy = nominal[None] * weight
-    comm = peaks[1] + peaks[3]
-    drawn = noisy[:, :, 0].max(axis=1) + noisy[:, :, 1].max(axis=1) + comm
-    low, mid, high = (float(np.percentile(drawn, q)) for q in INTERVAL)
-    return Sensitivity(compute_scales=tuple(float(x) for x in doubt.scales), steps_ms=steps,
-                       expected_ms=(low, mid, high), table_error=round(doubt.typical_sigma, 4),
-                       basis=doubt.basis, extrapolated=tuple(name for name, _ in doubt.extrapolated))
+    return noisy[:, :, 0].max(axis=1) + noisy[:, :, 1].max(axis=1) + peaks[1] + peaks[3]
 
 
 def _table_shares(workload: Workload, model: CostModel, tables: Sequence[TablePlan]) -> np.ndarray:
