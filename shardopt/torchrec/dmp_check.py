@@ -90,7 +90,39 @@ def loss_weights(step: int):
     return {f"f_{n}": torch.randn(d, generator=g) for n, _, d, _ in TABLES}
 
 
+def run_rank(body, rank: int, world: int, port: int, queue) -> None:
+    """Join the gloo group, put ``body()`` (or the rank's error, as a string) on ``queue``, leave.
+
+    On success every rank waits for the others before the group is torn down, and the process
+    then exits without the interpreter's teardown: once in CI a rank aborted in that teardown
+    (SIGABRT, "terminate called without an active exception") after every rank had sent its
+    result, so a passed check read as a failed one."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        queue.put(body())
+        dist.barrier()
+    except BaseException as exc:  # the parent must hear of it, not wait for a result
+        import traceback
+
+        queue.put(f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        raise
+    finally:
+        dist.destroy_process_group()
+    queue.close()
+    queue.join_thread()  # the result is in the pipe before the process goes
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _worker(rank: int, world: int, port: int, queue) -> None:
+    run_rank(lambda: _check_rank(rank, world), rank, world, port, queue)
+
+
+def _check_rank(rank: int, world: int) -> CheckResult:
     import torch
     import torch.distributed as dist
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -100,53 +132,43 @@ def _worker(rank: int, world: int, port: int, queue) -> None:
 
     from shardopt.torchrec import ShardoptPlanner
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        torch.set_num_threads(1)
-        constraints = {n: ParameterConstraints(sharding_types=[kind], min_partition=MIN_PARTITION.get(n))
-                       for n, _, _, kind in TABLES}
-        planner = ShardoptPlanner(topology=Topology(world_size=world, compute_device="cpu"),
-                                  batch_size=BATCH, constraints=constraints, time_limit_s=2)
-        model = build_model("meta")
-        apply_optimizer_in_backward(torch.optim.SGD, model.sparse.ebc.parameters(), {"lr": LR})
-        sharders = [EmbeddingBagCollectionSharder()]
-        plan = planner.collective_plan(model, sharders, dist.group.WORLD)
-        dmp = DistributedModelParallel(model, plan=plan, sharders=sharders, device=torch.device("cpu"),
-                                       init_data_parallel=True)
-        # Same initial weights as the reference: copy the unsharded model's into every shard.
-        reference = build_model("cpu")
-        ref_state = reference.state_dict()
-        load_full_weights(dmp, ref_state)
-        dense_opt = torch.optim.SGD([p for n, p in dmp.named_parameters() if "dp" in n and p.requires_grad]
-                                    or [torch.nn.Parameter(torch.zeros(1))], lr=LR)
-        pooled_error = 0.0
-        for step in range(STEPS):
-            weights = loss_weights(step)
-            out = dmp(batch_for(step, rank, world))
-            if hasattr(out, "wait"):
-                out = out.wait()
-            got = out.to_dict()
-            expected = _reference_pooled(reference, step, rank, world)
-            pooled_error = max(pooled_error, max(float((got[k].detach() - expected[k]).abs().max()) for k in got))
-            loss = sum((got[k] * weights[k]).sum() for k in got)
-            dense_opt.zero_grad()
-            loss.backward()
-            dense_opt.step()
-            _reference_step(reference, step, world)
-        weight_error = max_weight_error(dmp, reference.state_dict())
-        sharding = {}
-        for module_plan in plan.plan.values():
-            for name, ps in module_plan.items():
-                sharding[name] = (ps.sharding_type, list(ps.ranks or []))
-        queue.put(CheckResult(rank, sharding, pooled_error, weight_error))
-    except BaseException as exc:  # the parent must hear of it, not wait for a result
-        import traceback
-
-        queue.put(f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        raise
-    finally:
-        dist.destroy_process_group()
+    torch.set_num_threads(1)
+    constraints = {n: ParameterConstraints(sharding_types=[kind], min_partition=MIN_PARTITION.get(n))
+                   for n, _, _, kind in TABLES}
+    planner = ShardoptPlanner(topology=Topology(world_size=world, compute_device="cpu"),
+                              batch_size=BATCH, constraints=constraints, time_limit_s=2)
+    model = build_model("meta")
+    apply_optimizer_in_backward(torch.optim.SGD, model.sparse.ebc.parameters(), {"lr": LR})
+    sharders = [EmbeddingBagCollectionSharder()]
+    plan = planner.collective_plan(model, sharders, dist.group.WORLD)
+    dmp = DistributedModelParallel(model, plan=plan, sharders=sharders, device=torch.device("cpu"),
+                                   init_data_parallel=True)
+    # Same initial weights as the reference: copy the unsharded model's into every shard.
+    reference = build_model("cpu")
+    ref_state = reference.state_dict()
+    load_full_weights(dmp, ref_state)
+    dense_opt = torch.optim.SGD([p for n, p in dmp.named_parameters() if "dp" in n and p.requires_grad]
+                                or [torch.nn.Parameter(torch.zeros(1))], lr=LR)
+    pooled_error = 0.0
+    for step in range(STEPS):
+        weights = loss_weights(step)
+        out = dmp(batch_for(step, rank, world))
+        if hasattr(out, "wait"):
+            out = out.wait()
+        got = out.to_dict()
+        expected = _reference_pooled(reference, step, rank, world)
+        pooled_error = max(pooled_error, max(float((got[k].detach() - expected[k]).abs().max()) for k in got))
+        loss = sum((got[k] * weights[k]).sum() for k in got)
+        dense_opt.zero_grad()
+        loss.backward()
+        dense_opt.step()
+        _reference_step(reference, step, world)
+    weight_error = max_weight_error(dmp, reference.state_dict())
+    sharding = {}
+    for module_plan in plan.plan.values():
+        for name, ps in module_plan.items():
+            sharding[name] = (ps.sharding_type, list(ps.ranks or []))
+    return CheckResult(rank, sharding, pooled_error, weight_error)
 
 
 def _local_pieces(dmp, state):

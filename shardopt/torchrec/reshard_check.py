@@ -15,12 +15,11 @@ reference element for element after the steps before the checkpoint and after th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from dataclasses import dataclass
 
-from shardopt.torchrec.dmp_check import load_full_weights, max_weight_error, spawn_ranks
+from shardopt.torchrec.dmp_check import load_full_weights, max_weight_error, run_rank, spawn_ranks
 
 TABLES = (("a", 300, 16), ("b", 200, 32), ("c", 120, 8), ("d", 500, 16), ("e", 80, 32), ("f", 240, 8))
 LR, EPS = 0.05, 1e-8
@@ -166,37 +165,29 @@ def _errors(dmp, weights, momentum, rank: int, world: int) -> Errors:
 
 
 def _worker(rank: int, world: int, port: int, phase: str, plan_json: str, folder: str, worlds, queue) -> None:
+    run_rank(lambda: _phase(rank, world, phase, plan_json, folder, worlds), rank, world, port, queue)
+
+
+def _phase(rank: int, world: int, phase: str, plan_json: str, folder: str, worlds) -> list[Errors]:
+    import json
+
     import torch
-    import torch.distributed as dist
 
     from shardopt.core.plan import plan_from_dict
     from shardopt.torchrec.reshard import load_checkpoint, save_checkpoint
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        torch.set_num_threads(1)
-        import json
-
-        dmp = _dmp(plan_from_dict(json.loads(plan_json)), world)
-        if phase == "before":
-            load_full_weights(dmp, build_model("cpu").state_dict())
-            _train(dmp, range(STEPS_BEFORE), rank)
-            save_checkpoint(dmp, folder)
-            result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
-        else:
-            load_checkpoint(dmp, folder)
-            result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
-            _train(dmp, range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER), rank)
-            result.append(_errors(dmp, *reference(worlds), rank, world))
-        queue.put(result)
-    except BaseException as exc:  # the parent must hear of it, not wait for a result
-        import traceback
-
-        queue.put(f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        raise
-    finally:
-        dist.destroy_process_group()
+    torch.set_num_threads(1)
+    dmp = _dmp(plan_from_dict(json.loads(plan_json)), world)
+    if phase == "before":
+        load_full_weights(dmp, build_model("cpu").state_dict())
+        _train(dmp, range(STEPS_BEFORE), rank)
+        save_checkpoint(dmp, folder)
+        return [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
+    load_checkpoint(dmp, folder)
+    result = [_errors(dmp, *reference(worlds[:STEPS_BEFORE]), rank, world)]
+    _train(dmp, range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER), rank)
+    result.append(_errors(dmp, *reference(worlds), rank, world))
+    return result
 
 
 def _spawn(world: int, phase: str, plan, folder: str, worlds) -> list[list[Errors]]:
