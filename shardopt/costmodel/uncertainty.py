@@ -159,13 +159,6 @@ def sensitivity(workload: Workload, model: CostModel, tables: Sequence[TablePlan
                        basis=doubt.basis, extrapolated=tuple(name for name, _ in doubt.extrapolated))
 
 
-def expected_step(workload: Workload, model: CostModel, tables: Sequence[TablePlan], doubt: Doubt) -> float:
-    """The plan's step averaged over the draws of each table's error: what it can be expected to
-    take. Unlike the search's penalty (first order, per cut) it sees whole ranks: a table whose
-    error moves every rank alike (cut evenly over all of them) unbalances none."""
-    return float(np.mean(_drawn_steps(workload, model, tables, doubt, model.breakdown(workload, tables))))
-
-
 def _drawn_steps(workload: Workload, model: CostModel, tables: Sequence[TablePlan], doubt: Doubt, ranks) -> np.ndarray:
     """The step under each of ``DRAWS`` draws of the tables' errors (mean-one log-normals)."""
     peaks = np.array([rank_phases(r) for r in ranks]).max(axis=0)

@@ -11,7 +11,6 @@ from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
 from shardopt.contracts import Breakdown, Search
 from shardopt.search.conflict import find_conflict
-from shardopt.search.hedge import hedged
 from shardopt.search.ilp import IlpSearch
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
@@ -40,14 +39,12 @@ def plan_workload(
             if explained is not None:
                 raise ShardoptError(f"{source}: {explained.line}", exc.kind, explained.details) from None
         raise ShardoptError(f"{source}: {exc}", exc.kind, exc.details) from None
-    objective = search.objective
-    if doubt is not None and objective is not None and objective.robust:
-        result = hedged(workload, cost_model, result, doubt)
     if workload.placement:
         broken = placement_violations(workload, result.tables)
         if broken:  # every search honours the rules: a plan that breaks one is a bug, never output
             raise AssertionError(f"{search.name} broke a placement rule: {broken[0]}")
     per_rank = tuple(cost_model.breakdown(workload, result.tables))
+    objective = search.objective
     predicted = Predicted(
         cost_model=cost_model.name,
         max_ms=Breakdown.of(per_rank).bottleneck_ms,
