@@ -444,6 +444,114 @@ def trace_cases() -> list[Case]:
     return cases
 
 
+# --- torch.profiler traces of a training job (shardopt trace ingest / report) --------------------
+
+KINETO = ROOT / "tests" / "traces" / "fixtures" / "cuda"
+
+
+def _kineto_rank(rank: int) -> dict:
+    path = KINETO / ("rank0.json.gz" if rank == 0 else "rank1.json")
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+def _kineto(command: str = "report", rank0: Any = None, rank1: Any = "keep", plan: Any = None,
+            extra: tuple = ()) -> Callable[[Sandbox], list]:
+    """``trace COMMAND`` on the fixture's two ranks, rank 0 replaced by ``rank0`` (a mutated trace,
+    or text/bytes), rank 1 left out when None."""
+    def build(box: Sandbox) -> list:
+        first = _kineto_rank(0) if rank0 is None else rank0(_kineto_rank(0)) if callable(rank0) else rank0
+        files = [box.write("t/rank0.json", first if isinstance(first, (str, bytes)) else json.dumps(first))]
+        if rank1 is not None:
+            second = _kineto_rank(1) if rank1 == "keep" else rank1(_kineto_rank(1))
+            files.append(box.write("t/rank1.json", json.dumps(second)))
+        argv = ["trace", command, *files, "--workload", box.workload(), "--plan",
+                box.plan(good_plan() if plan is None else plan)]
+        return argv + [a(box) if callable(a) else a for a in extra]
+    return build
+
+
+def _kineto_set(path: str, value: Any) -> Callable[[dict], dict]:
+    return lambda trace: _set(trace, path, value)
+
+
+def _kineto_drop(test: Callable[[dict], bool]) -> Callable[[dict], dict]:
+    def mutate(trace: dict) -> dict:
+        return {**trace, "traceEvents": [e for e in trace["traceEvents"] if not test(e)]}
+    return mutate
+
+
+def _all_on_rank0() -> dict:
+    plan = good_plan()
+    for t in plan["tables"]:
+        t["shards"][0]["rank"] = 0
+    return plan
+
+
+def _gate_trace(plan: Any = None, with_plan: bool = True, tolerance: str = "99%") -> Callable[[Sandbox], list]:
+    """``gate --trace DIR`` alone: DIR holds the fixture's ranks and (``with_plan``) plan.json."""
+    def build(box: Sandbox) -> list:
+        box.write("job/rank0.json", json.dumps(_kineto_rank(0)))
+        box.write("job/rank1.json", json.dumps(_kineto_rank(1)))
+        if with_plan:
+            box.plan(good_plan() if plan is None else plan, "job/plan.json")
+        return ["gate", box.workload(), "--trace", box.path("job"), "--trace-tolerance", tolerance]
+    return build
+
+
+def kineto_cases() -> list[Case]:
+    text = (KINETO / "rank1.json").read_text()
+    return [
+        Case("kineto-gate-trace-within-tolerance", "kineto", _gate_trace(), 0),
+        Case("kineto-gate-trace-drifted", "kineto", _gate_trace(tolerance="0%"), 1),
+        Case("kineto-gate-trace-no-plan", "kineto", _gate_trace(with_plan=False), 2, "no plan.json in it"),
+        Case("kineto-gate-trace-other-workload", "kineto",
+             _gate_trace(plan={**good_plan(), "workload": {"name": "other"}}), 2, "'other' is none of the workloads"),
+        Case("kineto-gate-trace-bad-tolerance", "kineto", _gate_trace(tolerance="abc"), 2, "--trace-tolerance"),
+        Case("kineto-gate-without-baseline-or-trace", "kineto", lambda box: ["gate", box.workload()], 2,
+             "--baseline: required"),
+        Case("kineto-good-report", "kineto", _kineto(), 0),
+        Case("kineto-truncated", "kineto", _kineto(rank0=text[: len(text) // 2]), 2, "not a Chrome-trace JSON file"),
+        Case("kineto-garbage-gz", "kineto", _kineto(rank0=gzip.compress(b"{not json", mtime=0)), 2,
+             "not a Chrome-trace JSON file"),
+        Case("kineto-foreign-json", "kineto", _kineto(rank0={"foo": 1}), 2, "traceEvents: missing"),
+        Case("kineto-list-of-numbers", "kineto", _kineto(rank0=[1, 2]), 2, "a list, but not of traces"),
+        Case("kineto-no-distributed-info", "kineto", _kineto(rank0=_kineto_set("distributedInfo", DELETE)), 2,
+             "distributedInfo.rank: missing"),
+        Case("kineto-rank-outside-world", "kineto", _kineto(rank0=_kineto_set("distributedInfo.rank", 5)), 2,
+             "is outside world_size 2"),
+        Case("kineto-no-steps", "kineto",
+             _kineto(rank0=_kineto_drop(lambda e: e.get("name", "").startswith("ProfilerStep"))), 2,
+             "no ProfilerStep#N spans"),
+        Case("kineto-no-tbe-events", "kineto",
+             _kineto(rank0=_kineto_drop(lambda e: e.get("cat") == "kernel" or e.get("name", "").startswith("c10d"))),
+             2, "no TBE (FBGEMM embedding) events"),
+        Case("kineto-missing-rank", "kineto", _kineto(rank1=None), 2, "no trace of rank(s) 1"),
+        Case("kineto-rank-twice", "kineto", _kineto(rank0=_kineto_set("distributedInfo.rank", 1)), 2, "rank 1 again"),
+        Case("kineto-other-world", "kineto",
+             _kineto(rank0=_kineto_set("distributedInfo.world_size", 4),
+                     rank1=_kineto_set("distributedInfo.world_size", 4)), 2, "distributedInfo.world_size: 4"),
+        Case("kineto-other-plan", "kineto", _kineto(plan=_all_on_rank0()), 2, "a trace of another plan"),
+        Case("kineto-cpu-trace-of-gpu-job", "kineto",
+             _kineto(rank0=lambda t: {**t, "traceEvents": [{**e, "cat": "cpu_op"} if e.get("cat") == "kernel" else e
+                                                          for e in t["traceEvents"]]}), 2, "a trace of cpu kernels"),
+        Case("kineto-warmup-eats-every-step", "kineto", _kineto(extra=("--warmup", "4")), 2,
+             "none left after the 4 warm-up step(s)"),
+        Case("kineto-missing-file", "kineto",
+             lambda box: ["trace", "report", box.path("nope.json"), "--workload", box.workload(), "--plan",
+                          box.plan(good_plan())], 2, "no such trace file or folder"),
+        Case("kineto-empty-folder", "kineto",
+             lambda box: ["trace", "report", box.write("t/readme.txt", "x").parent, "--workload", box.workload(),
+                          "--plan", box.plan(good_plan())], 2, "no trace files"),
+        Case("kineto-png-suffix", "kineto", _kineto(extra=("--png", lambda box: box.path("bars.jpg"))), 2, "--png"),
+        Case("kineto-ingest-no-packaged-model", "kineto", _kineto("ingest", extra=("-o", lambda box: box.path("m.json"))),
+             2, "no packaged model for hardware"),
+        Case("kineto-ingest-over-its-input", "kineto",
+             _kineto("ingest", extra=("--base", str(PACKAGED_MODEL), "-o", lambda box: box.path("t/rank1.json"))), 2,
+             "rank1.json"),
+    ]
+
+
 # --- cost-model files (shardopt plan --cost-model PATH) -----------------------------------------
 
 
@@ -809,6 +917,6 @@ def torchrec_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    return (workload_cases() + plan_cases() + trace_cases() + model_cases() + profile_cases() + output_cases()
-            + option_cases() + torchrec_cases())
+    return (workload_cases() + plan_cases() + trace_cases() + kineto_cases() + model_cases() + profile_cases()
+            + output_cases() + option_cases() + torchrec_cases())
 

@@ -36,7 +36,12 @@ def transferred(hw: Hardware, base: LearnedParts, samples: Sequence[KernelSample
     for this machine too) and the nets' prior shifts with them; communication and provenance
     come from this machine's own calibration ``here``.
     """
-    scale = pass_log_scale(hw, base, samples)
+    return rescaled(base, pass_log_scale(hw, base, samples), here)
+
+
+def rescaled(base: LearnedParts, scale: np.ndarray, here: Calibration) -> LearnedParts:
+    """``base`` with each pass's time multiplied by ``exp(scale)`` (forward, backward), its
+    communication and provenance from ``here``."""
     fwd, bwd = np.exp(scale)
     old = base.calibration
     calibration = dataclasses.replace(

@@ -11,13 +11,18 @@ from shardopt.gate.check import Finding, Measured, compare, measure, stale
 from shardopt.gate.state import read_baseline, write_baseline
 
 
-def _check_outputs(workloads, baseline: Path, update: bool, plans_dir, junit, summary) -> None:
+def _check_outputs(workloads, baseline: Optional[Path], update: bool, plans_dir, junit, summary, traces=()) -> None:
     from shardopt.core.files import check_output
 
-    inputs = list(workloads) + ([] if update else [baseline])
+    if baseline is None:
+        if not traces:
+            raise ShardoptError("--baseline: required (or --trace DIR alone, a drift check of the model)")
+        if update or plans_dir is not None:
+            raise ShardoptError(f"{'--update' if update else '--plans'}: needs --baseline")
+    inputs = list(workloads) + list(traces) + ([] if update or baseline is None else [baseline])
     if update:
         check_output(baseline, option="--baseline", inputs=list(workloads), suffixes=(".json",))
-    elif not baseline.is_file():
+    elif baseline is not None and not baseline.is_file():
         raise ShardoptError(f"{baseline}: --baseline: no such file (write one with --update)")
     for path, option, suffix in ((junit, "--junit", ".xml"), (summary, "--summary", ".md")):
         if path is not None:
@@ -27,17 +32,28 @@ def _check_outputs(workloads, baseline: Path, update: bool, plans_dir, junit, su
 
 
 def run_gate(
-    workloads: list[Path], baseline: Path, tolerance: float, config: PlanConfig, *, update: bool = False,
+    workloads: list[Path], baseline: Optional[Path], tolerance: float, config: PlanConfig, *, update: bool = False,
     plans_dir: Optional[Path] = None, fix: bool = False, junit: Optional[Path] = None,
-    summary: Optional[Path] = None, replay: bool = False,
+    summary: Optional[Path] = None, replay: bool = False, traces: tuple[Path, ...] = (),
+    trace_tolerance: float = 0.15,
 ) -> tuple[bool, list[str]]:
-    """(passed, lines to print). Inputs are checked before any planning; outputs are atomic."""
+    """(passed, lines to print). Inputs are checked before any planning; outputs are atomic.
+    Without ``baseline``, only the ``traces`` are checked (a drift check after a training job)."""
     from shardopt.core.files import write_atomic
     from shardopt.gate.report import findings_table, junit_xml, markdown_summary, write_bars
+    from shardopt.gate.trace_check import trace_findings
 
-    _check_outputs(workloads, baseline, update, plans_dir, junit, summary)
+    _check_outputs(workloads, baseline, update, plans_dir, junit, summary, traces)
+    traced = trace_findings(workloads, traces, config, trace_tolerance) if traces else []
+    if baseline is None:
+        lines = [findings_table(traced)]
+        if junit is not None:
+            write_atomic(junit, junit_xml(traced))
+        if summary is not None:
+            write_atomic(summary, markdown_summary(traced, {}))
+        return all(f.ok for f in traced), lines
     base = None if update else read_baseline(baseline)
-    measured, findings = [], []
+    measured, findings = [], list(traced)
     for path in workloads:
         here = pinned(config, base, path)
         fresh = measure(path, here)
