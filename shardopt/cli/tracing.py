@@ -71,19 +71,23 @@ def ingest(traces, workload_path: Path, plan_path: Path, also, base: str, warmup
 
         trained_on["cpu_id"] = cpu_id or cpu_fingerprint()
     try:
-        fitted, report = fit_traces(parts, runs, trained_on)
+        fitted, report = fit_traces(parts, runs, trained_on, [c for r in runs for c in r.collectives])
     except ValueError as exc:
         raise ShardoptError(f"{plan_path}: {exc}") from None
     report.update({"base": str(path), "warmup_steps": warmup, "held_out_kernels": report["ranks"]})
     save_model(output, fitted, report)
     factor = report["pass_factor"]
+    links = report["links"]
+    linked = "" if links is None else (
+        f"; {links['class']} all-to-all over {links['collectives']} traced collectives: latency"
+        f" {links['latency_us']:.0f} us, {links['bandwidth_gbps'] or float('inf'):.2f} GB/s")
     carries = "" if report["shape_carries"] else (
         "; the plans' own factors differ by more than 10%: the base model's shape does not carry to this"
         " cluster (see the report in the file)")
     click.echo(
         f"wrote {output}: fitted to {report['ranks']} traced ranks of {len(runs)} plan(s) in"
         f" {time.perf_counter() - started:.1f} s; forward x{factor['fwd']:.3f}, backward x{factor['bwd']:.3f}"
-        f" of {path.name}; per-rank lookup error on the traces {max(report['in_sample_mape']):.1%}{carries}."
+        f" of {path.name}; per-rank lookup error on the traces {max(report['in_sample_mape']):.1%}{linked}{carries}."
         f" Plan with --cost-model learned@{output}"
     )
 

@@ -37,6 +37,7 @@ class TracedRun:
     plan: Plan
     ranks: tuple[MeasuredRank, ...]
     source: str
+    collectives: tuple[tuple[float, float], ...] = ()  # each traced all-to-all: (bytes, fastest ms)
 
 
 def predicted_compute(parts: LearnedParts, run: TracedRun) -> np.ndarray:
@@ -56,14 +57,44 @@ def _log_ratios(parts: LearnedParts, run: TracedRun) -> np.ndarray:
     return np.log(measured[keep] / predicted[keep])
 
 
-def fit_traces(base: LearnedParts, runs: Sequence[TracedRun], trained_on: dict) -> tuple[LearnedParts, dict]:
-    """``base`` rescaled per pass to the traced cluster, and a report of the fit."""
+def fit_links(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(latency s, seconds per byte) of the traced all-to-alls, (bytes, ms) each: least squares on
+    relative error, both terms non-negative; None for fewer than three sizes."""
+    from scipy.optimize import nnls
+
+    if len({b for b, _ in points}) < 3:
+        return None
+    x = np.array([[1.0, b] for b, _ in points])
+    t = np.array([ms / 1e3 for _, ms in points])
+    weights = 1 / np.maximum(t, 1e-9)
+    scale = np.linalg.norm(x * weights[:, None], axis=0)
+    scale[scale == 0] = 1.0
+    solution, _ = nnls(x * weights[:, None] / scale, t * weights)
+    alpha, beta = solution / scale
+    return float(alpha), float(beta)
+
+
+def link_class(workload: Workload) -> str:
+    """Which links a job's all-to-alls cross: one host's, or hosts' (set by the slowest)."""
+    return "intra-host" if workload.topology.num_hosts == 1 else "inter-host"
+
+
+def fit_traces(base: LearnedParts, runs: Sequence[TracedRun], trained_on: dict,
+               collectives: Sequence[tuple[float, float]] = ()) -> tuple[LearnedParts, dict]:
+    """``base`` rescaled per pass to the traced cluster, and a report of the fit. With the traces'
+    all-to-alls (``collectives``: bytes and fastest-rank ms), their latency and bandwidth too,
+    stored as the model's fitted all-to-all line at the traced world size."""
     per_run = [_log_ratios(base, run) for run in runs]
     pooled = np.concatenate(per_run)
     if len(pooled) == 0:
         raise ValueError("no traced rank holds lookups the model prices")
     scale = np.median(pooled, axis=0)
     here = dataclasses.replace(base.calibration, trained_on=trained_on)
+    links = fit_links(collectives)
+    world = runs[0].workload.topology.world_size
+    if links is not None:
+        # The traced links replace the base's curves, which speak for the machine it was profiled on.
+        here = dataclasses.replace(here, comm={**here.comm, world: links}, comm_curves=None)
     parts = rescaled(base, scale, here)
     own = [np.median(r, axis=0).tolist() for r in per_run]
     spread = float(np.max(np.ptp(np.array(own), axis=0))) if len(own) > 1 else 0.0
@@ -76,6 +107,10 @@ def fit_traces(base: LearnedParts, runs: Sequence[TracedRun], trained_on: dict) 
         "per_plan_factor": [{"fwd": float(np.exp(f)), "bwd": float(np.exp(b))} for f, b in own],
         "shape_carries": spread <= DISAGREE,
         "in_sample_mape": errors,
+        "links": None if links is None else {
+            "class": link_class(runs[0].workload), "world_size": world, "collectives": len(collectives),
+            "latency_us": links[0] * 1e6, "bandwidth_gbps": (1 / links[1] / 1e9) if links[1] > 0 else None,
+        },
         # What ``--robust auto`` reads as the model's error (a file's held-out figure).
         "held_out_mape": {"analytic-calibrated": float(np.mean(errors)), "learned": float(np.mean(errors))},
     }

@@ -29,7 +29,7 @@ def traced_run(workload_path: Path, plan_path: Path, traces, warmup: int):
     """(workload, plan, TracedRun) of one job, every input checked against the others."""
     from shardopt.arithmetic.checks import read_checked
     from shardopt.costmodel.trace_fit import TracedRun
-    from shardopt.traces.kineto import TraceError, check_ranks, measured_ranks, read_traces
+    from shardopt.traces.kineto import TraceError, check_ranks, collective_points, measured_ranks, read_traces
 
     workload, _, plan = read_checked(workload_path, plan_path)
     files = trace_files(traces)
@@ -42,4 +42,6 @@ def traced_run(workload_path: Path, plan_path: Path, traces, warmup: int):
     holds = {s.rank for tp in plan.tables if tp.sharding_type != "data_parallel" for s in tp.shards}
     check_ranks(read, plan.world_size, str(plan_path), holds_lookups=holds)
     ranks = measured_ranks(read, warmup)
-    return workload, plan, TracedRun(workload, plan, tuple(ranks), f"{plan_path} ({len(files)} trace files)")
+    run = TracedRun(workload, plan, tuple(ranks), f"{plan_path} ({len(files)} trace files)",
+                    tuple(collective_points(read, warmup)))
+    return workload, plan, run

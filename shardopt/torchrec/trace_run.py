@@ -72,7 +72,7 @@ def _trace_rank(rank: int, world: int, workload_json: str, plan_json: str, folde
     # One untraced step warms the profiler up (Kineto's schedule wants one); the traced steps
     # still start cold, and ingest drops its warm-up steps.
     batches.insert(0, batches[0])
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=steps),
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=steps), record_shapes=True,
                  on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
         for kjt in batches:
             out = dmp(kjt)

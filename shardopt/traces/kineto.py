@@ -75,6 +75,12 @@ class Collective:
     kind: str  # all_to_all, all_reduce, reduce_scatter, all_gather
     phase: str  # fwd or bwd
     ms: float
+    sent_bytes: Optional[float] = None  # what this rank sends its peers (all-to-all, with record_shapes)
+
+
+# Bytes per element of the tensor types torch.profiler's record_shapes writes ("Input type").
+ELEMENT_BYTES = {"float": 4, "double": 8, "long int": 8, "int": 4, "short int": 2, "c10::Half": 2,
+                 "c10::BFloat16": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -151,14 +157,14 @@ def _rank_trace(data: dict, where: str) -> RankTrace:
     spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)
              and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
     device = "cuda" if any(e.get("cat") == "kernel" for e in spans) else "cpu"
-    steps = _steps(spans, device, where)
+    steps = _steps(spans, device, where, rank, world)
     if not any(s.lookups for s in steps) and not any(s.collectives for s in steps):
         raise TraceError(f"{where}: no TBE (FBGEMM embedding) events and no collectives in any step:"
                          " not a trace of a TorchRec training step")
     return RankTrace(rank, world, where, device, tuple(steps))
 
 
-def _steps(spans: list[dict], device: str, where: str) -> list[TracedStep]:
+def _steps(spans: list[dict], device: str, where: str, rank: int, world: int) -> list[TracedStep]:
     marks = sorted((e for e in spans if STEP.match(e["name"]) and e.get("cat") != "gpu_user_annotation"),
                    key=lambda e: e["ts"])
     if not marks:
@@ -181,10 +187,33 @@ def _steps(spans: list[dict], device: str, where: str) -> list[TracedStep]:
             if starts[i] <= t < starts[i + 1]:
                 buckets[i].append(e)
                 break
-    return [_step(int(STEP.match(m["name"]).group(1)), m["dur"] / 1e3, b) for m, b in zip(marks, buckets)]
+    return [_step(int(STEP.match(m["name"]).group(1)), m["dur"] / 1e3, b, rank, world) for m, b in zip(marks, buckets)]
 
 
-def _step(number: int, step_ms: float, events: list[dict]) -> TracedStep:
+def sent_bytes(event: dict, rank: int, world: int) -> Optional[float]:
+    """What an all-to-all enqueue (``c10d::alltoall_base_(output, input, out_splits, in_splits, ...)``,
+    recorded with shapes) sends to the other ranks: its input's rows for them times a row's bytes."""
+    args = event.get("args")
+    try:
+        dims, kind = args["Input Dims"][1], args["Input type"][1]
+        size = ELEMENT_BYTES[kind]
+        numel = 1
+        for d in dims:
+            numel *= int(d)
+        splits = json.loads(args.get("Concrete Inputs", [""] * 5)[4] or "[]")
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    if not dims or int(dims[0]) == 0:
+        return 0.0
+    row = numel / int(dims[0]) * size
+    if not splits:  # an even split: a world-th of the rows stays here
+        return float(numel * size * (world - 1) / world)
+    if len(splits) != world or not 0 <= rank < world:
+        return None
+    return float((sum(splits) - splits[rank]) * row)
+
+
+def _step(number: int, step_ms: float, events: list[dict], rank: int = 0, world: int = 1) -> TracedStep:
     backward = min((e["ts"] for e in events if e["name"].startswith(BACKWARD_START)), default=float("inf"))
     fwd = sum(e["dur"] for e in events if TBE_FORWARD.search(e["name"]) or DENSE_FORWARD.search(e["name"]))
     bwd = sum(e["dur"] for e in events if TBE_BACKWARD.search(e["name"]) or DENSE_BACKWARD.search(e["name"]))
@@ -203,7 +232,8 @@ def _step(number: int, step_ms: float, events: list[dict]) -> TracedStep:
         queued = by_kind.get(kind, [])
         # In order per kind, a collective's enqueue says its phase; without one, its own start.
         at = queued[i]["ts"] if i < len(queued) else e["ts"]
-        collectives.append(Collective(kind, "fwd" if at < backward else "bwd", e["dur"] / 1e3))
+        sent = sent_bytes(queued[i], rank, world) if i < len(queued) and kind == "all_to_all" else None
+        collectives.append(Collective(kind, "fwd" if at < backward else "bwd", e["dur"] / 1e3, sent))
     return TracedStep(number, step_ms, fwd / 1e3, bwd / 1e3, lookups, tuple(collectives))
 
 
@@ -264,6 +294,22 @@ def _fastest(steps: Sequence[TracedStep]) -> list[float]:
                 best.append(c.ms)
             best[i] = min(best[i], c.ms)
     return best
+
+
+def collective_points(traces: Sequence[RankTrace], warmup: int = 2) -> list[tuple[float, float]]:
+    """(bytes, ms) of every all-to-all of the kept steps whose size the traces record: the most
+    any rank sends in it, and its fastest rank's span (the link's time, without waiting)."""
+    numbers = sorted(set.intersection(*(set(s.number for s in t.steps) for t in traces)))[warmup:]
+    steps = {t.rank: {s.number: s for s in t.steps} for t in traces}
+    out = []
+    for n in numbers:
+        per_rank = [by_number[n].collectives for by_number in steps.values()]
+        for i in range(min(len(c) for c in per_rank)):
+            these = [c[i] for c in per_rank]
+            if these[0].kind != "all_to_all" or any(c.sent_bytes is None for c in these):
+                continue
+            out.append((max(c.sent_bytes for c in these), min(c.ms for c in these)))
+    return out
 
 
 def check_ranks(traces: Sequence[RankTrace], world_size: int, source: str,

@@ -63,3 +63,32 @@ def test_noisy_ranks_give_the_median_factor():
     _, report = fit_traces(BASE, [run], {"device": "cpu"})
     assert report["pass_factor"]["fwd"] == pytest.approx(2.0, rel=0.15)
     assert report["pass_factor"]["bwd"] == pytest.approx(0.5, rel=0.15)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(1e-6, 1e-3), st.floats(1e-12, 1e-8), st.lists(st.floats(16, 1e8), min_size=3, max_size=30, unique=True))
+def test_the_links_latency_and_bandwidth_are_recovered(alpha, beta, sizes):
+    from shardopt.costmodel.trace_fit import fit_links
+
+    got = fit_links([(b, (alpha + beta * b) * 1e3) for b in sizes])
+    assert got is not None
+    assert alpha + beta * max(sizes) == pytest.approx(got[0] + got[1] * max(sizes), rel=1e-4)
+    assert alpha + beta * min(sizes) == pytest.approx(got[0] + got[1] * min(sizes), rel=1e-4)
+
+
+def test_too_few_sizes_fit_no_links_and_the_model_keeps_the_base_comm():
+    from shardopt.costmodel.trace_fit import fit_links
+
+    assert fit_links([(100.0, 0.1), (100.0, 0.2), (200.0, 0.3)]) is None
+    parts, report = fit_traces(BASE, [_run(4, 1.0, 1.0)], {"device": "cpu"}, [(100.0, 0.1)])
+    assert report["links"] is None and parts.calibration.comm == BASE.calibration.comm
+
+
+def test_fitted_links_become_the_models_line_at_the_traced_world():
+    points = [(b, (50e-6 + b / 2e9) * 1e3) for b in (1e3, 1e4, 1e5, 1e6)]
+    parts, report = fit_traces(BASE, [_run(5, 1.0, 1.0)], {"device": "cpu"}, points)
+    world = TASK.workload.topology.world_size
+    alpha, beta = parts.calibration.comm[world]
+    assert alpha == pytest.approx(50e-6, rel=1e-3) and 1 / beta == pytest.approx(2e9, rel=1e-3)
+    assert report["links"]["bandwidth_gbps"] == pytest.approx(2.0, rel=1e-3)
+    assert parts.calibration.comm_curves is None  # the base's profiled curves no longer speak for the links

@@ -57,6 +57,10 @@ def test_a_traced_dmp_training_is_ingested_and_reported(world, tmp_path, runner)
     ingest = run_cli(runner, "trace", "ingest", tmp_path / "traces", "--workload", tmp_path / "w.yaml",
                      "--plan", tmp_path / "p.json", "-o", model)
     assert ingest.exit_code == 0 and model.is_file()
+    saved = json.loads(model.read_text())
+    links = saved["report"]["links"]  # the harness traces with record_shapes: the all-to-alls' sizes are known
+    assert links["class"] == "intra-host" and links["collectives"] > 0 and links["latency_us"] >= 0
+    assert str(world) in saved["calibration"]["comm"]
     planned = run_cli(runner, "plan", tmp_path / "w.yaml", "--cost-model", f"learned@{model}",
                       "--candidates", "torchrec", "-o", tmp_path / "again.json")
     assert planned.exit_code == 0

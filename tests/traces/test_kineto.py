@@ -110,3 +110,16 @@ def test_each_steps_phases_are_the_sums_of_its_spans(tmp_path_factory, steps):
         assert got.lookups == len(fwd)
         assert [c.phase for c in got.collectives] == ["fwd"] * len(fcomm) + ["bwd"] * len(bcomm)
         assert [c.ms for c in got.collectives] == pytest.approx([d / 1e3 for d in fcomm + bcomm])
+
+
+def test_an_all_to_alls_bytes_are_its_rows_for_the_other_ranks():
+    from shardopt.traces.kineto import sent_bytes
+
+    def event(dims, kind, splits):
+        return {"args": {"Input Dims": [[sum(dims)], dims, [], [], []], "Input type": ["float", kind, "", "", ""],
+                         "Concrete Inputs": ["", "", "", "[]", splits]}}
+
+    assert sent_bytes(event([12, 4], "float", "[3, 5, 4]"), rank=1, world=3) == (3 + 4) * 4 * 4
+    assert sent_bytes(event([8], "long int", "[]"), rank=0, world=4) == 8 * 8 * 3 / 4  # even split
+    assert sent_bytes(event([8], "a struct", "[]"), rank=0, world=4) is None  # an unknown type: no size
+    assert sent_bytes({"args": {}}, rank=0, world=2) is None  # traced without record_shapes
