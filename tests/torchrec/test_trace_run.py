@@ -64,6 +64,15 @@ def test_a_traced_dmp_training_is_ingested_and_reported(world, tmp_path, runner)
     planned = run_cli(runner, "plan", tmp_path / "w.yaml", "--cost-model", f"learned@{model}",
                       "--candidates", "torchrec", "-o", tmp_path / "again.json")
     assert planned.exit_code == 0
+    if world == 2:  # a second traced plan of the same workload: the fit rests on both, and says each one's factor
+        other = plan_with(workload, PlanConfig(candidates="torchrec", search="greedy"))
+        write_plan(other, tmp_path / "p2.json")
+        traced_training(workload, other, tmp_path / "traces2", steps=6)
+        both = run_cli(runner, "trace", "ingest", tmp_path / "traces", "--workload", tmp_path / "w.yaml",
+                       "--plan", tmp_path / "p.json", "--also", tmp_path / "p2.json", tmp_path / "traces2",
+                       "-o", tmp_path / "m2.json")
+        assert both.exit_code == 0 and "of 2 plan(s)" in both.stdout
+        assert len(json.loads((tmp_path / "m2.json").read_text())["report"]["per_plan_factor"]) == 2
     # the fitted model sets the traces' own ranks within the traces' spread
     fitted = run_cli(runner, "trace", "report", tmp_path / "traces", "--workload", tmp_path / "w.yaml",
                      "--plan", tmp_path / "p.json", "--cost-model", f"learned@{model}", "--json")

@@ -123,3 +123,15 @@ def test_an_all_to_alls_bytes_are_its_rows_for_the_other_ranks():
     assert sent_bytes(event([8], "long int", "[]"), rank=0, world=4) == 8 * 8 * 3 / 4  # even split
     assert sent_bytes(event([8], "a struct", "[]"), rank=0, world=4) is None  # an unknown type: no size
     assert sent_bytes({"args": {}}, rank=0, world=2) is None  # traced without record_shapes
+
+
+def test_one_file_may_hold_every_ranks_trace(tmp_path):
+    import gzip
+
+    ranks = [json.loads(gzip.decompress((FIXTURE / "rank0.json.gz").read_bytes())),
+             json.loads((FIXTURE / "rank1.json").read_text())]
+    both = tmp_path / "job.json.gz"
+    both.write_bytes(gzip.compress(json.dumps(ranks).encode()))
+    merged, apart = read_traces([both]), read_traces([FIXTURE / "rank0.json.gz", FIXTURE / "rank1.json"])
+    assert [t.rank for t in merged] == [0, 1]
+    assert [t.steps for t in merged] == [t.steps for t in apart]
