@@ -38,8 +38,11 @@ def trace_findings(workloads: Sequence[Path], folders: Sequence[Path], config: P
         model, _ = resolve_model(config, workload)
         c = compare_trace(workload, plan, run.ranks, model)
         ok = c.compute_mape <= tolerance
+        from shardopt.costmodel.registry import embedded_model_path, workload_hardware
+
+        base = "" if embedded_model_path(workload_hardware(workload)) is not None else " --base MODEL"
         hint = "" if ok else (f"; refit: shardopt trace ingest {folder} --workload {names[name]}"
-                              f" --plan {plan_path} -o model.json")
+                              f" --plan {plan_path}{base} -o model.json")
         out.append(Finding(name, "trace", ok, f"{folder}: {model.name} misses the traced per-rank lookups by"
                                               f" {c.compute_mape:.1%} (tolerance {tolerance:.0%}){hint}"))
     return out
