@@ -13,7 +13,6 @@ from shardopt.core.errors import ShardoptError
 from shardopt.measure.traced import traced_run
 
 WARMUP_HELP = "Traced steps to drop first (warm-up) on every rank."
-TRACES_HELP = "Chrome-trace JSON files (.json or .json.gz) or folders of them, one per rank."
 
 
 @main.group()

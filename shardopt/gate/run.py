@@ -44,16 +44,29 @@ def run_gate(
     from shardopt.gate.trace_check import trace_findings
 
     _check_outputs(workloads, baseline, update, plans_dir, junit, summary, traces)
-    traced = trace_findings(workloads, traces, config, trace_tolerance) if traces else []
-    if baseline is None:
-        lines = [findings_table(traced)]
-        if junit is not None:
-            write_atomic(junit, junit_xml(traced))
-        if summary is not None:
-            write_atomic(summary, markdown_summary(traced, {}))
-        return all(f.ok for f in traced), lines
+    findings = trace_findings(workloads, traces, config, trace_tolerance) if traces else []
+    measured, lines = [], []
+    if baseline is not None:
+        measured, against, lines = _against_baseline(workloads, baseline, tolerance, config, update, plans_dir, fix)
+        findings += against
+    if replay:
+        findings += [_replayed(m) for m in measured if m.per_rank]
+    if findings:
+        lines.insert(0, findings_table(findings))
+    if junit is not None:
+        write_atomic(junit, junit_xml(findings))
+    if summary is not None:
+        bars = write_bars(measured, summary.parent)
+        write_atomic(summary, markdown_summary(findings, bars))
+    return all(f.ok for f in findings), lines
+
+
+def _against_baseline(workloads, baseline: Path, tolerance: float, config: PlanConfig, update: bool,
+                      plans_dir: Optional[Path], fix: bool) -> tuple[list[Measured], list[Finding], list[str]]:
+    """Every workload planned (or its committed plan scored) and compared with the baseline, or
+    the baseline rewritten with them (``update``): (measured, findings, lines to print)."""
     base = None if update else read_baseline(baseline)
-    measured, findings = [], list(traced)
+    measured, findings = [], []
     for path in workloads:
         here = pinned(config, base, path)
         fresh = measure(path, here)
@@ -74,16 +87,7 @@ def run_gate(
     else:
         for m in measured:
             findings += compare(m.name, base["workloads"].get(m.name), m.state, tolerance)
-    if replay:
-        findings += [_replayed(m) for m in measured if m.per_rank]
-    if findings:
-        lines.insert(0, findings_table(findings))
-    if junit is not None:
-        write_atomic(junit, junit_xml(findings))
-    if summary is not None:
-        bars = write_bars(measured, summary.parent)
-        write_atomic(summary, markdown_summary(findings, bars))
-    return all(f.ok for f in findings), lines
+    return measured, findings, lines
 
 
 def pinned(config: PlanConfig, base: Optional[dict], path: Path) -> PlanConfig:

@@ -18,6 +18,7 @@ def trace_findings(workloads: Sequence[Path], folders: Sequence[Path], config: P
     the gate pins misses the traced per-rank lookups by at most ``tolerance`` (MAPE)."""
     from shardopt.core.plan import read_plan
     from shardopt.core.workload import read_workload
+    from shardopt.costmodel.registry import embedded_model_path, workload_hardware
     from shardopt.measure.trace_report import compare_trace
     from shardopt.measure.traced import PLAN_IN_FOLDER, traced_run
     from shardopt.planner.factory import resolve_model
@@ -38,8 +39,6 @@ def trace_findings(workloads: Sequence[Path], folders: Sequence[Path], config: P
         model, _ = resolve_model(config, workload)
         c = compare_trace(workload, plan, run.ranks, model)
         ok = c.compute_mape <= tolerance
-        from shardopt.costmodel.registry import embedded_model_path, workload_hardware
-
         base = "" if embedded_model_path(workload_hardware(workload)) is not None else " --base MODEL"
         hint = "" if ok else (f"; refit: shardopt trace ingest {folder} --workload {names[name]}"
                               f" --plan {plan_path}{base} -o model.json")

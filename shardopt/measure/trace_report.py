@@ -44,15 +44,16 @@ class TraceComparison:
 
 def compare_trace(workload: Workload, plan: Plan, ranks: Sequence[MeasuredRank], model: CostModel) -> TraceComparison:
     predicted = tuple(model.breakdown(workload, plan.tables))
+    ranks = sorted(ranks, key=lambda r: r.rank)
     measured = []
-    for m, p in zip(sorted(ranks, key=lambda r: r.rank), predicted):
+    for m, p in zip(ranks, predicted):
         measured.append(RankBreakdown(
             rank=m.rank, fwd_compute_ms=m.fwd_compute_ms, bwd_compute_ms=m.bwd_compute_ms,
             fwd_comm_ms=m.fwd_transfer_ms, bwd_comm_ms=m.bwd_transfer_ms,
             total_ms=m.fwd_compute_ms + m.bwd_compute_ms + m.fwd_transfer_ms + m.bwd_transfer_ms,
             hbm_bytes=p.hbm_bytes,
         ))
-    waited = tuple((m.fwd_comm_ms, m.bwd_comm_ms) for m in sorted(ranks, key=lambda r: r.rank))
+    waited = tuple((m.fwd_comm_ms, m.bwd_comm_ms) for m in ranks)
     step = max(m.step_ms for m in ranks)
     return TraceComparison(tuple(measured), predicted, waited, step, model.name)
 

@@ -20,6 +20,7 @@ shortest span among the ranks of each collective, which is closest to the link's
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -182,11 +183,9 @@ def _steps(spans: list[dict], device: str, where: str, rank: int, world: int) ->
 
     buckets: list[list[dict]] = [[] for _ in marks]
     for e in spans:
-        t = when(e)
-        for i in range(len(marks)):
-            if starts[i] <= t < starts[i + 1]:
-                buckets[i].append(e)
-                break
+        i = bisect.bisect_right(starts, when(e)) - 1  # the last step started at or before it
+        if 0 <= i < len(marks):
+            buckets[i].append(e)
     return [_step(int(STEP.match(m["name"]).group(1)), m["dur"] / 1e3, b, rank, world) for m, b in zip(marks, buckets)]
 
 
@@ -257,21 +256,26 @@ class MeasuredRank:
         return self.fwd_compute_ms + self.bwd_compute_ms
 
 
-def measured_ranks(traces: Sequence[RankTrace], warmup: int = 2) -> list[MeasuredRank]:
-    """Each rank's medians over its steps after the first ``warmup`` (the steps all ranks share)."""
+def _kept_steps(traces: Sequence[RankTrace], warmup: int) -> tuple[list[int], dict[int, dict[int, TracedStep]]]:
+    """The step numbers every rank holds, less the first ``warmup``, and each rank's steps by number."""
     numbers = set.intersection(*(set(s.number for s in t.steps) for t in traces)) if traces else set()
     kept = sorted(numbers)[warmup:]
     if not kept:
         most = min((len(t.steps) for t in traces), default=0)
         raise TraceError(f"{traces[0].source if traces else 'traces'}: {most} step(s) shared by every rank,"
                          f" none left after the {warmup} warm-up step(s) (--warmup)")
-    steps = {t.rank: {s.number: s for s in t.steps} for t in traces}
+    return kept, {t.rank: {s.number: s for s in t.steps} for t in traces}
+
+
+def measured_ranks(traces: Sequence[RankTrace], warmup: int = 2) -> list[MeasuredRank]:
+    """Each rank's medians over its steps after the first ``warmup`` (the steps all ranks share)."""
+    kept, steps = _kept_steps(traces, warmup)
+    fastest_of = {n: _fastest([per_rank[n] for per_rank in steps.values()]) for n in kept}
     out = []
     for t in traces:
         rows = []
         for n in kept:
-            step = steps[t.rank][n]
-            fastest = _fastest([per_rank[n] for per_rank in steps.values()])
+            step, fastest = steps[t.rank][n], fastest_of[n]
             rows.append((
                 step.step_ms, step.fwd_compute_ms, step.bwd_compute_ms,
                 sum(c.ms for c in step.collectives if c.phase == "fwd"),
@@ -299,10 +303,9 @@ def _fastest(steps: Sequence[TracedStep]) -> list[float]:
 def collective_points(traces: Sequence[RankTrace], warmup: int = 2) -> list[tuple[float, float]]:
     """(bytes, ms) of every all-to-all of the kept steps whose size the traces record: the most
     any rank sends in it, and its fastest rank's span (the link's time, without waiting)."""
-    numbers = sorted(set.intersection(*(set(s.number for s in t.steps) for t in traces)))[warmup:]
-    steps = {t.rank: {s.number: s for s in t.steps} for t in traces}
+    kept, steps = _kept_steps(traces, warmup)
     out = []
-    for n in numbers:
+    for n in kept:
         per_rank = [by_number[n].collectives for by_number in steps.values()]
         for i in range(min(len(c) for c in per_rank)):
             these = [c[i] for c in per_rank]

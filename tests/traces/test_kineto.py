@@ -65,27 +65,30 @@ def test_the_cpu_names_are_the_ones_the_installed_fbgemm_registers():
 def _cpu_trace(rank: int, world: int, steps: list[tuple[list[float], list[float], list[float], list[float]]]) -> dict:
     """A trace in the layout the CPU runs write: per step (fwd TBE, bwd TBE, fwd a2a, bwd a2a) spans."""
     events, t = [], 1000.0
+
+    def collectives(durations):  # each enqueued on the training thread, run on gloo's
+        nonlocal t
+        for d in durations:
+            events.extend([{"ph": "X", "cat": "cpu_op", "name": "c10d::alltoall_base_", "tid": 1, "ts": t, "dur": 1.0},
+                           {"ph": "X", "cat": "user_annotation", "name": "gloo:all_to_all", "tid": 9, "ts": t + 1,
+                            "dur": d}])
+            t += d + 2
+
+    def ops(name, durations):
+        nonlocal t
+        for d in durations:
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "tid": 1, "ts": t, "dur": d})
+            t += d + 1
+
     for n, (fwd, bwd, fcomm, bcomm) in enumerate(steps, start=1):
         start = t
-        for d in fcomm:
-            events += [{"ph": "X", "cat": "cpu_op", "name": "c10d::alltoall_base_", "tid": 1, "ts": t, "dur": 1.0},
-                       {"ph": "X", "cat": "user_annotation", "name": "gloo:all_to_all", "tid": 9, "ts": t + 1, "dur": d}]
-            t += d + 2
-        for d in fwd:
-            events.append({"ph": "X", "cat": "cpu_op", "name": "fbgemm::split_embedding_codegen_forward_cpu",
-                           "tid": 1, "ts": t, "dur": d})
-            t += d + 1
+        collectives(fcomm)
+        ops("fbgemm::split_embedding_codegen_forward_cpu", fwd)
         events.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: SumBackward0",
                        "tid": 1, "ts": t, "dur": 1.0})
         t += 2
-        for d in bcomm:
-            events += [{"ph": "X", "cat": "cpu_op", "name": "c10d::alltoall_base_", "tid": 1, "ts": t, "dur": 1.0},
-                       {"ph": "X", "cat": "user_annotation", "name": "gloo:all_to_all", "tid": 9, "ts": t + 1, "dur": d}]
-            t += d + 2
-        for d in bwd:
-            events.append({"ph": "X", "cat": "cpu_op", "name": "fbgemm::split_embedding_backward_codegen_sgd_cpu",
-                           "tid": 1, "ts": t, "dur": d})
-            t += d + 1
+        collectives(bcomm)
+        ops("fbgemm::split_embedding_backward_codegen_sgd_cpu", bwd)
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "tid": 1, "ts": start,
                        "dur": t - start})
         t += 5
