@@ -301,7 +301,7 @@ BAD_PLANS = [
     ("v2-tables-int", _set(good_plan(), "tables", 5), "tables: input should be a valid tuple"),
     ("per-rank-empty", _set(good_plan(), "predicted.per_rank", []), "predicted.per_rank: must list at least 1"),
     ("format-wrong", _set(good_plan(), "format", "other"), "format: must be 'shardopt-plan'"),
-    ("version-4", _set(good_plan(), "version", 4), "version: this shardopt reads plan versions 1, 2, 3, got 4"),
+    ("version-5", _set(good_plan(), "version", 5), "version: this shardopt reads plan versions 1, 2, 3, 4, got 5"),
     ("version-bool", _set(good_plan(), "version", True), "version: this shardopt reads plan versions"),
     ("version-list", _set(good_plan(), "version", [2]), "version: this shardopt reads plan versions"),
     ("shards-empty", _set(good_plan(), "tables.0.shards", []), "tables[0].shards: must list at least 1"),

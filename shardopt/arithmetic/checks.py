@@ -36,6 +36,10 @@ class PlanReport:
 
 def check_plan(workload: Workload, plan: Plan, workload_sha256: str | None = None) -> PlanReport:
     report = PlanReport()
+    if workload.parallelism is not None or plan.parallelism is not None:
+        workload = _group_view(workload, plan, report)
+        if not report.valid:
+            return report
     topo = workload.topology
     if plan.workload.sha256 and workload_sha256 and plan.workload.sha256 != workload_sha256:
         report.warnings.append(
@@ -47,6 +51,45 @@ def check_plan(workload: Workload, plan: Plan, workload_sha256: str | None = Non
         )
     report.violations.extend(tables_violations(workload, plan.tables, placement=not report.violations))
     return report
+
+
+def planned_workload(workload: Workload, plan: Plan) -> Workload:
+    """The workload ``plan`` is for: one sharding group's, where the workload is 2D (unchecked:
+    :func:`check_plan` says when the two do not belong together)."""
+    report = PlanReport()
+    view = _group_view(workload, plan, report) if workload.parallelism is not None else workload
+    return view if report.valid else workload
+
+
+def _group_view(workload: Workload, plan: Plan, report: PlanReport) -> Workload:
+    """A 2D workload as the one group its plan is for; what does not match goes in ``report``."""
+    from shardopt.arithmetic.groups import group_workload, layout_of
+
+    par, block = workload.parallelism, plan.parallelism
+    if par is None:
+        report.violations.append("parallelism: the plan is for one sharding group of a 2D world;"
+                                 " the workload declares no parallelism block")
+        return workload
+    if block is None:
+        report.violations.append("parallelism: the workload is 2D (parallelism block); the plan is not a group plan")
+        return workload
+    if block.world_size != workload.topology.world_size:
+        report.violations.append(f"parallelism.world_size: plan has {block.world_size},"
+                                 f" workload topology has {workload.topology.world_size}")
+    if not par.auto and block.sharding_group_size != par.sharding_group_size:
+        report.violations.append(f"parallelism.sharding_group_size: plan has {block.sharding_group_size},"
+                                 f" workload has {par.sharding_group_size}")
+    for name in ("sync_every", "strategy", "inter_host_allreduce"):
+        if getattr(block, name) != getattr(par, name):
+            report.violations.append(f"parallelism.{name}: plan has {getattr(block, name)!r},"
+                                     f" workload has {getattr(par, name)!r}")
+    try:
+        layout_of(workload, block.sharding_group_size)
+    except ValueError as exc:
+        report.violations.append(f"parallelism.sharding_group_size: {exc}")
+    if not report.valid:
+        return workload
+    return group_workload(workload, block.sharding_group_size)
 
 
 def tables_violations(workload: Workload, planned, placement: bool = True) -> list[str]:
@@ -198,7 +241,8 @@ def _memory_violations(workload: Workload, planned) -> list[str]:
 
 def read_checked(workload_path: str | Path, plan_path: str | Path) -> tuple[Workload, str, Plan]:
     """A workload and a plan read together, the plan checked against it: what replay, evaluate
-    and report need (a plan that does not fit is an input error naming both files)."""
+    and report need (a plan that does not fit is an input error naming both files). The workload
+    returned is the one the plan is for: its sharding group's, where the workload is 2D."""
     from shardopt.core.errors import ShardoptError
     from shardopt.core.plan import read_plan
     from shardopt.core.workload import read_workload
@@ -208,4 +252,4 @@ def read_checked(workload_path: str | Path, plan_path: str | Path) -> tuple[Work
     report = check_plan(workload, plan, sha)
     if not report.valid:
         raise ShardoptError(f"{plan_path}: does not fit {workload_path}: {report.violations[0]}")
-    return workload, sha, plan
+    return planned_workload(workload, plan), sha, plan

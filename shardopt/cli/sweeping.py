@@ -38,9 +38,35 @@ def _sizes(value: str | None, option: str) -> list[int] | None:
     return out
 
 
+def _groups(value: str | None, workload, worlds: list[int]) -> list[int | None]:
+    """``--group-sizes`` as sizes (every size each world allows, for 'all'), each checked against
+    every world swept; [None] without the option."""
+    from shardopt.core.parallelism import group_sizes, layout_error
+
+    if value is None:
+        return [None]
+    topo, par = workload.topology, workload.parallelism
+    inter = par.inter_host_allreduce if par is not None else False
+    local = lambda world: min(topo.ranks_per_host, world)  # noqa: E731 (as a resized world has it)
+    if value.strip() == "all":
+        shared = set.intersection(*(set(group_sizes(w, local(w), inter)) for w in worlds))
+        return sorted(shared)
+    sizes = _sizes(value, "--group-sizes")
+    for world in worlds:
+        for size in sizes:
+            reason = layout_error(world, local(world), size, inter)
+            if reason is not None:
+                raise ShardoptError(f"--group-sizes: {size} at {world} ranks: {reason}")
+    return sorted(sizes)
+
+
 @main.command()
 @click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--world-sizes", required=True, help="Comma-separated numbers of ranks, e.g. 8,16,32,64.")
+@click.option("--world-sizes", default=None,
+              help="Comma-separated numbers of ranks, e.g. 8,16,32,64. Default with --group-sizes: the workload's.")
+@click.option("--group-sizes", default=None,
+              help="2D parallelism: comma-separated sharding group sizes to weigh, e.g. 32,64,128 (sync settings"
+              " from the workload's parallelism block); 'all': every size the world allows.")
 @click.option("--hbm-caps", default=None, help="Comma-separated HBM per rank, e.g. 40GB,80GB. Default: the workload's.")
 @click.option("--target-step", type=FiniteFloat(0, 1e9, lo_open=True), default=None,
               help="A step in ms: name the smallest cluster whose plan meets it.")
@@ -48,9 +74,10 @@ def _sizes(value: str | None, option: str) -> list[int] | None:
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for sweep.md, sweep.json and sweep.png (and finished points, for a resumed sweep).")
 @plan_config_options()
-def sweep(workload: Path, world_sizes: str, hbm_caps: str | None, target_step: float | None, jobs: int | None,
-          output: Path, config: PlanConfig) -> None:
-    """Plan WORKLOAD at each world size (and HBM cap): step, phases, headroom, scaling efficiency."""
+def sweep(workload: Path, world_sizes: str | None, group_sizes: str | None, hbm_caps: str | None,
+          target_step: float | None, jobs: int | None, output: Path, config: PlanConfig) -> None:
+    """Plan WORKLOAD at each world size (and HBM cap, and sharding group size): step, phases,
+    headroom, scaling efficiency (with groups: the replicas' sync beside the group's step)."""
     import hashlib
 
     from tqdm import tqdm
@@ -59,29 +86,35 @@ def sweep(workload: Path, world_sizes: str, hbm_caps: str | None, target_step: f
     from shardopt.core.units import format_bytes
     from shardopt.core.workload import read_workload
     from shardopt.planner.sweep import sweep as run_sweep
-    from shardopt.planner.sweep_report import sweep_json, sweep_png, sweep_table, verdict
+    from shardopt.planner.sweep_report import group_png, sweep_json, sweep_png, sweep_table, verdict
 
-    worlds = sorted(_sizes(world_sizes, "--world-sizes"))
+    if world_sizes is None and group_sizes is None:
+        raise ShardoptError("--world-sizes: give the world sizes to sweep (or --group-sizes)")
     caps = _sizes(hbm_caps, "--hbm-caps") or [None]
     inputs = [workload, model_path(config.cost_model)]
     check_output_folder(output, inputs=inputs)
+    wl, sha = read_workload(workload)
+    worlds = sorted(_sizes(world_sizes, "--world-sizes")) if world_sizes else [wl.topology.world_size]
+    groups = _groups(group_sizes, wl, worlds)
     output.mkdir(exist_ok=True)
     for name in OUTPUTS:
         check_output(output / name, option="--output", inputs=inputs)
-    wl, sha = read_workload(workload)
     key = hashlib.sha256(f"{sha}\n{config.to_json()}".encode()).hexdigest()
-    total = len(worlds) * len(caps)
+    total = len(worlds) * len(caps) * len(groups)
     with tqdm(total=total, desc="sweep", unit="point", file=sys.stderr,
               disable=None) as bar:
         points = run_sweep(wl, worlds, caps, config, output, jobs or os.cpu_count() or 1,
-                           progress=lambda p: bar.update(1), key=key)
+                           progress=lambda p: bar.update(1), key=key, groups=groups)
     table = sweep_table(points, target_step)
     settings = {"workload": str(workload), "sha256": sha, "config": config.to_json(),
                 "world_sizes": worlds, "hbm_caps": [c for c in caps if c is not None]}
     said = verdict(points, target_step)
     write_atomic(output / "sweep.md", f"# Sweep of {wl.name}\n\n{table}\n" + (f"\n{said}\n" if said else ""))
     write_atomic(output / "sweep.json", sweep_json(points, settings, target_step))
-    sweep_png(points, f"{wl.name}: predicted step over cluster sizes", target_step, output / "sweep.png")
+    if groups != [None]:
+        group_png(points, f"{wl.name}: predicted step over sharding group sizes", output / "sweep.png")
+    else:
+        sweep_png(points, f"{wl.name}: predicted step over cluster sizes", target_step, output / "sweep.png")
     click.echo(table)
     if said:
         click.echo(said)

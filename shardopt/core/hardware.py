@@ -41,6 +41,9 @@ class Hardware:
     # Memory bandwidth the fused backward (gradient reduction and optimizer update) reaches, when
     # it differs from the forward's gathers (FBGEMM's TBE on GPUs: about 0.4x); None: mem_bw_gbps.
     bwd_mem_bw_gbps: float | None = None
+    # Latency an all-to-all adds per peer (one send and one receive each), beyond comm_latency_us:
+    # what makes a world-wide all-to-all slower at 1024 ranks than at 64 (0: not modelled).
+    a2a_peer_us: float = 0.0
     # Where each constant comes from: constant name -> citation (data sheet, measurement, fit).
     sources: dict | None = dataclasses.field(default=None, hash=False, compare=False)
 

@@ -13,6 +13,11 @@ Version 3 adds ``predicted.sensitivity`` (the step with compute scaled against c
 and its spread under each table's own error, with what that doubt rests on) and
 ``predicted.search.robust`` (whether the search minimised the step under that doubt). A version 2
 file is read as version 3 without them.
+
+Version 4 adds ``parallelism``: the plan is for one sharding group of a 2D world (TorchRec's
+DMPCollection), with the world, the group's size, how its replicas sync and what that costs. Only
+such plans are written as version 4; a plan without it is still version 3, as every reader since
+reads it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from shardopt.core.workload import MAX_WORLD, ShardingType
 
 PLAN_FORMAT = "shardopt-plan"
 PLAN_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+GROUP_PLAN_VERSION = 4  # a plan with a parallelism block
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 ComputeKernel = Literal["fused", "fused_uvm", "fused_uvm_caching", "dense"]
 # Numbers are strict (a "3" in the file is an error, not a 3) and bounded as the workload's are.
@@ -144,6 +150,43 @@ class Predicted:
 
 
 @dataclass(frozen=True, config=STRICT)
+class GroupChoice:
+    """One sharding group size ``auto`` weighed: its predicted step with the sync, or why not."""
+
+    sharding_group_size: PositiveInt
+    step_ms: Optional[Milliseconds] = None
+    sync_ms: Optional[Milliseconds] = None
+    refused: Optional[Annotated[str, Strict()]] = None
+
+
+@dataclass(frozen=True, config=STRICT)
+class PlanParallelism:
+    """A group plan's place in its 2D world: every one of ``replicas`` groups of
+    ``sharding_group_size`` ranks runs this plan; ``sync_ms`` is the replicas' sync per step
+    (amortised over ``sync_every``; the slowest replica group), ``step_ms`` the group's critical
+    path plus it."""
+
+    world_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
+    sharding_group_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
+    sync_every: PositiveInt
+    strategy: Literal["default", "fully_sharded"]
+    inter_host_allreduce: bool
+    sync_ms: Milliseconds
+    sync_bytes: NonNegInt  # the most one rank syncs
+    step_ms: Milliseconds
+    chosen_by: Literal["workload", "auto"] = "workload"
+    choices: tuple[GroupChoice, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.world_size % self.sharding_group_size:
+            raise ValueError(f"sharding_group_size: must divide world_size {self.world_size}")
+
+    @property
+    def replicas(self) -> int:
+        return self.world_size // self.sharding_group_size
+
+
+@dataclass(frozen=True, config=STRICT)
 class WorkloadRef:
     name: Annotated[str, Strict()]
     sha256: Optional[Annotated[str, Strict()]] = None
@@ -154,11 +197,22 @@ class Plan:
     """A full sharding plan for one workload."""
 
     format: Literal["shardopt-plan"]
-    version: Literal[3]
+    version: Literal[3, 4]
     workload: WorkloadRef
     world_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
     tables: tuple[TablePlan, ...]
     predicted: Optional[Predicted] = None
+    parallelism: Optional[PlanParallelism] = None
+
+    def __post_init__(self) -> None:
+        if self.parallelism is not None:
+            if self.version < GROUP_PLAN_VERSION:
+                raise ValueError(f"parallelism: not a version {self.version} field (use version {GROUP_PLAN_VERSION})")
+            if self.parallelism.sharding_group_size != self.world_size:
+                raise ValueError(
+                    f"parallelism.sharding_group_size: a group plan's world_size is its group's,"
+                    f" {self.world_size}, got {self.parallelism.sharding_group_size}"
+                )
 
 
 def _rounded(obj: object) -> object:

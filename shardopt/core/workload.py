@@ -22,6 +22,7 @@ from shardopt.core.fields import (  # noqa: F401 (MAX_* are read from here too)
     Batch, Fraction, Name, NonNegativeFloat, Pooling, PositiveFloat, PositiveInt, Rows, Size, Weight, WorldSize,
 )
 from shardopt.core.hardware import hardware_profiles
+from shardopt.core.parallelism import GroupLayout, Parallelism, layout_error
 from shardopt.core.placement import RankSpec, Rule, placement_errors
 from shardopt.core.layout import DATA_TYPE_BYTES, shard_bytes
 from shardopt.core.validation import STRICT, validate_as
@@ -240,6 +241,8 @@ class Workload:
     optimizer: Optimizer = "rowwise_adagrad"
     # Hard constraints on where tables go (pin, colocate, apart); core/placement.py.
     placement: Annotated[tuple[Rule, ...], Field(max_length=100_000)] = ()
+    # 2D sparse parallelism (DMPCollection): the plan is for one sharding group; core/parallelism.py.
+    parallelism: Optional[Parallelism] = None
 
     def table(self, name: str) -> Table:
         return self.tables_by_name[name]
@@ -324,8 +327,32 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
                     + ")",
                 )
             )
-    errors.extend(placement_errors(workload.placement, topo.ranks, topo.world_size, topo.num_hosts, seen_tables))
+    errors.extend(placement_errors((), topo.ranks, topo.world_size, topo.num_hosts, seen_tables))
+    group = _group_world(workload, errors)
+    if group is not None:
+        errors.extend(placement_errors(workload.placement, None, group[0], group[1], seen_tables))
     return errors
+
+
+def _group_world(workload: Workload, errors: list[tuple[str, str]]) -> Optional[tuple[int, int]]:
+    """The ranks and hosts placement rules name: the world's, or one sharding group's in a 2D
+    workload (None, with the reason in ``errors``, where the parallelism block does not fit)."""
+    topo, par = workload.topology, workload.parallelism
+    if par is None:
+        return topo.world_size, topo.num_hosts
+    if par.auto:
+        if any(getattr(rule, "ranks", None) is not None or getattr(rule, "hosts", None) is not None
+               for rule in workload.placement):
+            errors.append(("parallelism.sharding_group_size",
+                           "a pin names ranks or hosts of one sharding group: give the group's size, not auto"))
+            return None
+        return topo.world_size, topo.num_hosts  # rules without ranks or hosts hold in any group
+    reason = layout_error(topo.world_size, topo.ranks_per_host, par.sharding_group_size, par.inter_host_allreduce)
+    if reason is not None:
+        errors.append(("parallelism.sharding_group_size", reason))
+        return None
+    layout = GroupLayout(topo.world_size, topo.ranks_per_host, par.sharding_group_size, par.inter_host_allreduce)
+    return layout.group, layout.group // layout.group_ranks_per_host
 
 
 def workload_from_dict(data: object, source: str = "<workload>") -> Workload:

@@ -295,7 +295,8 @@ class AnalyticCostModel(CostModel):
         else:
             fwd_k = bwd_k = hw.kernel_us * 1e-6
             fitted = None
-        lat = hw.comm_latency_us * 1e-6 if fitted is None else fitted[0]
+        # A fitted latency was measured at this world size; a profile's grows with the peers.
+        lat = (hw.comm_latency_us + hw.a2a_peer_us * (world - 1)) * 1e-6 if fitted is None else fitted[0]
         lat = lat if world > 1 else 0.0
         sharded = bool(sharding_types - {"data_parallel"})
         fwd_comm = 2 * lat if sharded else 0.0  # ids out, pooled embeddings back

@@ -46,8 +46,14 @@ def plan_with(
     sha256: Optional[str] = None,
     source: str = "<workload>",
 ) -> Plan:
-    """Plan ``workload`` as ``config`` says (``cost_model``, when given, is the resolved model)."""
+    """Plan ``workload`` as ``config`` says (``cost_model``, when given, is the resolved model);
+    a 2D workload's plan is for one sharding group (:mod:`shardopt.planner.groups`)."""
     model = cost_model if cost_model is not None else resolve_model(config, workload)[0]
+    if workload.parallelism is not None:
+        from shardopt.planner.groups import plan_2d
+
+        return plan_2d(workload, lambda group: plan_with(group, config, cost_model=model, sha256=sha256, source=source),
+                       candidates=config.candidates, source=source)
     doubt = doubt_for(model, workload)
     search = build_search(config, search_objective(config, workload, model, doubt))
     return plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source, doubt=doubt)

@@ -96,8 +96,41 @@ def _scale(value: float) -> str:
     return f"{value:g}"
 
 
+def parallelism_lines(plan: Plan) -> list[str]:
+    """A group plan's place in its 2D world, and what ``auto`` weighed."""
+    block = plan.parallelism
+    if block is None:
+        return []
+    how = {"default": f"all-reduce of weights and optimizer state every {block.sync_every} step"
+                      f"{'s' if block.sync_every > 1 else ''}",
+           "fully_sharded": "reduce-scatter and all-gather of the weights every step"}[block.strategy]
+    lines = [
+        f"2D: {block.replicas} replica{'s' if block.replicas > 1 else ''} of a sharding group of"
+        f" {block.sharding_group_size} ranks over {block.world_size} ({block.chosen_by} chose the size);"
+        f" sync: {how}, {block.sync_ms:.3f} ms a step on the slowest replica group"
+        f" ({format_bytes(block.sync_bytes)} on the rank that syncs most)",
+        f"step with the sync: {block.step_ms:.3f} ms (the group's critical path {block.step_ms - block.sync_ms:.3f}"
+        f" + sync {block.sync_ms:.3f})",
+    ]
+    if block.choices:
+        parts = [f"{c.sharding_group_size}: {c.step_ms:.3f} ms" if c.step_ms is not None
+                 else f"{c.sharding_group_size}: {_short(c.refused)}" for c in block.choices]
+        lines.append("group sizes weighed: " + "; ".join(parts))
+    return lines
+
+
+def _short(reason: str | None) -> str:
+    if not reason:
+        return "not planned"
+    return "too small to hold the tables" if "the tables need" in reason else \
+        "not planned (its sync alone is slower)" if reason.startswith("not planned") else reason
+
+
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
+    from shardopt.arithmetic.checks import planned_workload
+
     predicted = plan.predicted
+    workload = planned_workload(workload, plan)
     topo = workload.topology
     lines = [
         f"{workload.name}: {len(workload.tables)} tables on {topo.world_size} ranks"
@@ -126,6 +159,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             lines.append(f"comm: {fwd:.3f} ms forward, {bwd:.3f} ms backward on the slowest rank;"
                          f" priced from {predicted.comm_source}")
         lines.extend(sensitivity_lines(predicted))
+    lines.extend(parallelism_lines(plan))
     lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))

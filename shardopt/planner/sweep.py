@@ -33,11 +33,16 @@ class SweepPoint:
     bottleneck_ms: Optional[float] = None
     headroom: Optional[float] = None  # 1 - the fullest rank's share of its HBM
     efficiency: Optional[float] = None  # weak scaling against the smallest feasible world (same cap)
+    group_size: Optional[int] = None  # 2D: the sharding group's size (the plan is the group's)
+    sync_ms: Optional[float] = None  # 2D: the replicas' sync per step, inside step_ms
 
 
-def resized(workload: Workload, world: int, cap: Optional[int]) -> Workload:
-    """The workload on ``world`` ranks (and ``cap`` bytes of HBM each), checked as a file is."""
+def resized(workload: Workload, world: int, cap: Optional[int], group: Optional[int] = None) -> Workload:
+    """The workload on ``world`` ranks (and ``cap`` bytes of HBM each; in sharding groups of
+    ``group`` ranks, its parallelism block's other settings kept), checked as a file is."""
     data = workload_to_dict(workload)
+    if group is not None:
+        data["parallelism"] = {**data.get("parallelism", {}), "sharding_group_size": group}
     topo = data["topology"]
     local = topo.get("local_world_size")
     if local is not None and local > world:
@@ -48,20 +53,23 @@ def resized(workload: Workload, world: int, cap: Optional[int]) -> Workload:
     return workload_from_dict(data, f"{workload.name} at {world} ranks")
 
 
-def plan_point(data: dict, world: int, cap: Optional[int], config_json: str) -> SweepPoint:
+def plan_point(data: dict, world: int, cap: Optional[int], config_json: str, group: Optional[int] = None) -> SweepPoint:
     """One point, in a worker process (plain data in and out)."""
+    from shardopt.arithmetic.checks import planned_workload
     from shardopt.planner.factory import plan_with, resolve_model
 
     base = workload_from_dict(data)
     shown_cap = cap if cap is not None else base.topology.hbm_cap
+    where = f"{base.name} at {world} ranks" + (f" in groups of {group}" if group is not None else "")
     try:
-        workload = resized(base, world, cap)
+        workload = resized(base, world, cap, group)
         config = PlanConfig.from_json(config_json)
-        plan = plan_with(workload, config, cost_model=resolve_model(config, workload)[0],
-                         source=f"{base.name} at {world} ranks")
+        plan = plan_with(workload, config, cost_model=resolve_model(config, workload)[0], source=where)
     except ShardoptError as exc:
-        return SweepPoint(world, shown_cap, False, reason=str(exc))
+        return SweepPoint(world, shown_cap, False, reason=str(exc), group_size=group)
     from shardopt.arithmetic.memory import plan_memory
+
+    workload = planned_workload(workload, plan)
 
     per_rank = plan.predicted.per_rank
     breakdown = Breakdown.of(per_rank)
@@ -70,45 +78,49 @@ def plan_point(data: dict, world: int, cap: Optional[int], config_json: str) -> 
     fullest = max((used / caps[r] for r, used in hbm.items()), default=0.0)
     phases = tuple(max(getattr(r, f) for r in per_rank)
                    for f in ("fwd_compute_ms", "fwd_comm_ms", "bwd_comm_ms", "bwd_compute_ms"))
-    return SweepPoint(world, shown_cap, True, step_ms=breakdown.step_ms, phases_ms=phases,  # type: ignore[arg-type]
-                      bottleneck_ms=breakdown.bottleneck_ms, headroom=1.0 - fullest)
+    block = plan.parallelism
+    return SweepPoint(world, shown_cap, True, step_ms=block.step_ms if block else breakdown.step_ms,
+                      phases_ms=phases, bottleneck_ms=breakdown.bottleneck_ms, headroom=1.0 - fullest,  # type: ignore[arg-type]
+                      group_size=block.sharding_group_size if block else group, sync_ms=block.sync_ms if block else None)
 
 
 def sweep(workload: Workload, worlds: Sequence[int], caps: Sequence[Optional[int]], config: PlanConfig,
           folder: Path, jobs: int, progress: Optional[Callable[[SweepPoint], None]] = None,
-          key: str = "") -> list[SweepPoint]:
-    """Every (world, cap) point, planned in ``jobs`` processes; points already in ``folder`` for the
-    same ``key`` (the workload's hash and the config) are read back, not planned again."""
+          key: str = "", groups: Sequence[Optional[int]] = (None,)) -> list[SweepPoint]:
+    """Every (world, cap, group size) point, planned in ``jobs`` processes; points already in
+    ``folder`` for the same ``key`` (the workload's hash and the config) are read back, not
+    planned again."""
     data = workload_to_dict(workload)
     kept = folder / POINTS_DIR
-    done: dict[tuple[int, Optional[int]], SweepPoint] = {}
+    done: dict[tuple[int, Optional[int], Optional[int]], SweepPoint] = {}
     todo = []
-    for world in worlds:
-        for cap in caps:
-            old = _read_point(kept / _point_name(world, cap), key)
-            if old is not None:
-                done[world, cap] = old
-                if progress:
-                    progress(old)
-            else:
-                todo.append((world, cap))
+    grid = [(w, c, g) for w in worlds for c in caps for g in groups]
+    for point_key in grid:
+        old = _read_point(kept / _point_name(*point_key), key)
+        if old is not None:
+            done[point_key] = old
+            if progress:
+                progress(old)
+        else:
+            todo.append(point_key)
     if todo:
         kept.mkdir(parents=True, exist_ok=True)
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
-            futures = {pool.submit(plan_point, data, w, c, config.to_json()): (w, c) for w, c in todo}
+            futures = {pool.submit(plan_point, data, w, c, config.to_json(), g): (w, c, g) for w, c, g in todo}
             try:
                 for future in as_completed(futures):
-                    world, cap = futures[future]
+                    point_key = futures[future]
                     point = future.result()
-                    done[world, cap] = point
-                    _write_point(kept / _point_name(world, cap), point, key)
+                    done[point_key] = point
+                    _write_point(kept / _point_name(*point_key), point, key)
                     if progress:
                         progress(point)
             except BaseException:
                 for future in futures:
                     future.cancel()
                 raise
-    return with_efficiency([done[w, c] for w in worlds for c in caps])
+    points = [done[k] for k in grid]
+    return points if any(g is not None for g in groups) else with_efficiency(points)
 
 
 def with_efficiency(points: Sequence[SweepPoint]) -> list[SweepPoint]:
@@ -127,8 +139,8 @@ def smallest_meeting(points: Sequence[SweepPoint], target_ms: float) -> Optional
     return min(meeting, key=lambda p: (p.world_size, p.hbm_cap), default=None)
 
 
-def _point_name(world: int, cap: Optional[int]) -> str:
-    return f"w{world}-cap{cap if cap is not None else 'default'}.json"
+def _point_name(world: int, cap: Optional[int], group: Optional[int] = None) -> str:
+    return f"w{world}-cap{cap if cap is not None else 'default'}" + (f"-g{group}" if group is not None else "") + ".json"
 
 
 def _read_point(path: Path, key: str) -> Optional[SweepPoint]:

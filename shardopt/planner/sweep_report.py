@@ -12,6 +12,8 @@ from shardopt.planner.sweep import SweepPoint, smallest_meeting
 
 
 def sweep_table(points: Sequence[SweepPoint], target_ms: Optional[float]) -> str:
+    if any(p.group_size is not None for p in points):
+        return group_table(points, target_ms)
     lines = ["| ranks | HBM per rank | step (ms) | fwd lookups | fwd comm | bwd comm | bwd lookups"
              " | headroom | scaling efficiency | meets target |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -26,6 +28,62 @@ def sweep_table(points: Sequence[SweepPoint], target_ms: Optional[float]) -> str
     reasons = [f"- {p.world_size} rank{'s' if p.world_size > 1 else ''}, {format_bytes(p.hbm_cap)}: {p.reason}"
                for p in points if not p.feasible]
     return "\n".join(lines + (["", "No plan:"] + reasons if reasons else []))
+
+
+def group_table(points: Sequence[SweepPoint], target_ms: Optional[float]) -> str:
+    """The trade per sharding group size: the step with the sync, the group's phases, the sync."""
+    lines = ["| ranks | group | replicas | HBM per rank | step with sync (ms) | fwd lookups | fwd comm | bwd comm"
+             " | bwd lookups | sync (ms) | headroom | meets target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    feasible = [p for p in points if p.feasible]
+    best = min(feasible, key=lambda p: (p.step_ms, -p.group_size), default=None)
+    for p in points:
+        meets = "" if target_ms is None else ("yes" if p.feasible and p.step_ms <= target_ms else "no")
+        head = f"| {p.world_size} | {p.group_size} | {p.world_size // p.group_size} | {format_bytes(p.hbm_cap)}"
+        if not p.feasible:
+            lines.append(f"{head} | no plan | | | | | | | {meets} |")
+            continue
+        phases = " | ".join(f"{v:.3f}" for v in p.phases_ms)
+        mark = " (best)" if p is best else ""
+        lines.append(f"{head} | {p.step_ms:.3f}{mark} | {phases} | {p.sync_ms:.3f} | {p.headroom:.0%} | {meets} |")
+    reasons = [f"- groups of {p.group_size} over {p.world_size} ranks: {p.reason}" for p in points if not p.feasible]
+    return "\n".join(lines + (["", "No plan:"] + reasons if reasons else []))
+
+
+def group_png(points: Sequence[SweepPoint], title: str, path: Path) -> None:
+    """Step with the sync, the group's own step and the sync over group sizes (one line set per world)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shardopt.core.files import write_figure
+
+    fig, (step_ax, room_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for world in sorted({p.world_size for p in points}):
+        ok = sorted((p for p in points if p.world_size == world and p.feasible), key=lambda p: p.group_size)
+        xs = [p.group_size for p in ok]
+        line, = step_ax.plot(xs, [p.step_ms for p in ok], "o-", label=f"{world} ranks: step with sync")
+        step_ax.plot(xs, [p.step_ms - p.sync_ms for p in ok], "--", color=line.get_color(), lw=0.9,
+                     label=f"{world} ranks: group's own step")
+        step_ax.plot(xs, [max(p.sync_ms, 1e-6) for p in ok], ":", color=line.get_color(), lw=0.9,
+                     label=f"{world} ranks: sync")
+        room_ax.plot(xs, [p.headroom for p in ok], "o-", color=line.get_color(), label=f"{world} ranks")
+    sizes = sorted({p.group_size for p in points})
+    for ax in (step_ax, room_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(g) for g in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("sharding group size (ranks)")
+        ax.legend(fontsize=6)
+    step_ax.set_yscale("log")
+    step_ax.set_ylabel("predicted ms per step")
+    room_ax.set_ylabel("HBM headroom (fullest rank)")
+    room_ax.set_ylim(0, 1.05)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    write_figure(fig, path)
+    plt.close(fig)
 
 
 def verdict(points: Sequence[SweepPoint], target_ms: Optional[float]) -> Optional[str]:

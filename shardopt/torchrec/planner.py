@@ -66,6 +66,10 @@ class ShardoptPlanner(ShardingPlanner):
         hardware: Optional[str] = None,
         placement: Sequence[dict] = (),
         robust: str = "auto",
+        sharding_group_size=None,
+        sync_every: int = 1,
+        sharding_strategy="default",
+        use_inter_host_allreduce: bool = False,
         **unknown,
     ) -> None:
         if unknown:
@@ -78,6 +82,9 @@ class ShardoptPlanner(ShardingPlanner):
         if time_limit_s is None:
             time_limit_s = float(timeout_seconds) if timeout_seconds else DEFAULT_TIME_LIMIT_S
         _check_options(batch_size, time_limit_s, search, objective, cost_model, hardware, robust)
+        # 2D sparse parallelism (DMPCollection): ``topology`` is the whole world; the plan is one
+        # sharding group's (ranks 0..G-1), as DMPCollection(plan=..., sharding_group_size=G) takes it.
+        self.parallelism = _parallelism(sharding_group_size, sync_every, sharding_strategy, use_inter_host_allreduce)
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -138,10 +145,15 @@ class ShardoptPlanner(ShardingPlanner):
             return ShardingPlan({})
         except ShardoptError as exc:
             raise self._error(exc, module, sharders, topology, reserved, {}) from None
+        if self.parallelism is not None:
+            workload = _in_groups(workload, self.parallelism)
         plan = self._plan_or_load(workload, origins, module, sharders, topology, reserved)
         self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
-        self._log_stats(workload, plan, topology, reserved)
-        return to_sharding_plan(plan, workload, origins)
+        from shardopt.arithmetic.checks import planned_workload
+
+        group = planned_workload(workload, plan)
+        self._log_stats(group, plan, topology, reserved)
+        return to_sharding_plan(plan, group, origins)
 
     def _plan_or_load(self, workload, origins, module, sharders, topology, reserved) -> Plan:
         from shardopt.planner import plan_with, resolve_model
@@ -186,6 +198,41 @@ class ShardoptPlanner(ShardingPlanner):
             box[0] = self.plan(module, sharders)
         dist.broadcast_object_list(box, src=dist.get_global_rank(pg, 0), group=pg)
         return box[0]
+
+
+def _parallelism(size, sync_every, strategy, inter_host):
+    """The plugin's 2D keywords as a workload's parallelism block (None: 1D); a bad one is refused
+    as the CLI refuses the same field, naming the keyword."""
+    from shardopt.core.parallelism import Parallelism
+    from shardopt.core.validation import validate_as
+
+    if size is None:
+        return None
+    strategy = getattr(strategy, "value", strategy)  # TorchRec's ShardingStrategy enum, or its value
+    data = {"sharding_group_size": size, "sync_every": sync_every, "strategy": strategy,
+            "inter_host_allreduce": inter_host}
+    try:
+        return validate_as(Parallelism, data, "ShardoptPlanner")
+    except ShardoptError as exc:
+        names = {"sharding_group_size": "sharding_group_size", "sync_every": "sync_every",
+                 "strategy": "sharding_strategy", "inter_host_allreduce": "use_inter_host_allreduce"}
+        text = str(exc)
+        for field, keyword in names.items():
+            text = text.replace(f"ShardoptPlanner: {field}", f"ShardoptPlanner {keyword}")
+        raise ShardoptError(text) from None
+
+
+def _in_groups(workload: Workload, parallelism) -> Workload:
+    """The model's workload over the whole world, cut into sharding groups."""
+    import dataclasses
+
+    from shardopt.core.workload import semantic_errors
+
+    grouped = dataclasses.replace(workload, parallelism=parallelism)
+    for path, reason in semantic_errors(grouped):
+        if path.startswith("parallelism"):
+            raise ShardoptError(f"ShardoptPlanner sharding_group_size: {reason}")
+    return grouped
 
 
 def _reserved_per_rank(topology: Topology, reserved: Topology) -> int:
