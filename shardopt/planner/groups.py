@@ -109,7 +109,10 @@ def plan_2d(workload: Workload, plan_one: Callable[[Workload], Plan], *, candida
     # Largest groups first: they sync least, so the bound below skips the small ones early.
     for size in sorted(candidate_sizes(workload), reverse=True):
         floor = sync_floor_ms(workload, size) if candidates == "torchrec" else 0.0
-        if best is not None and floor >= best:
+        short = memory_refusal(workload, size)
+        if short is not None:
+            outcome = GroupOutcome(size, refused=short)
+        elif best is not None and floor >= best:
             outcome = GroupOutcome(size, refused=f"not planned: its sync alone takes at least {floor:.3g} ms,"
                                                  f" more than the best step found ({best:.3g} ms)")
         else:

@@ -175,6 +175,11 @@ def _local_pieces(dmp, state):
     """(local tensor, the same rows and columns of the full weight) for every local shard."""
     for key, value in dmp.state_dict().items():
         full = state[key.replace("module.", "").replace("_dmp_wrapped_module.", "")]
+        if hasattr(value, "to_local"):  # a DTensor (2D): its local part wraps the rank's shards
+            local = value.to_local()
+            for tensor, (r0, c0), (nr, nc) in zip(local.local_shards(), local.local_offsets(), local.local_sizes()):
+                yield tensor, full[r0:r0 + nr, c0:c0 + nc]
+            continue
         if not hasattr(value, "local_shards"):
             yield value, full
             continue
