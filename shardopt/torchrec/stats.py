@@ -41,6 +41,9 @@ def stats_text(workload: Workload, plan: Plan, reserved_per_rank: int) -> str:
     kinds = Counter(f"{tp.sharding_type}/{tp.compute_kernel}" for tp in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     lines.append("heaviest tables: " + ", ".join(_heaviest(workload, plan)))
+    from shardopt.planner.summary import parallelism_lines
+
+    lines.extend(parallelism_lines(plan))
     return "\n".join(lines)
 
 

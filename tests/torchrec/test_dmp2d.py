@@ -37,6 +37,7 @@ def test_the_group_plan_lands_where_dmpcollection_puts_each_group(world, local, 
     monkeypatch.setattr(model_parallel, "get_local_size", lambda: local)  # it asks the process group
     planner, plan = _group_plan(world, local, group, inter)
     assert planner.last_plan.world_size == group and planner.last_plan.parallelism.world_size == world
+    assert f"sharding group of {group} ranks over {world}" in planner.last_stats
     ranks = {name: list(ps.ranks) for mp in plan.plan.values() for name, ps in mp.items()}
     assert all(0 <= r < group for rs in ranks.values() for r in rs)
     layout = GroupLayout(world, local, group, inter)
