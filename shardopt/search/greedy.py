@@ -161,7 +161,8 @@ class GreedySearch:
     def _place_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
         failure: Unplaceable | None = None
         for order in ("cost", "memory"):
-            choice = {name: _initial_choice(costs[name], target_ms) for name in candidates}
+            choice = {name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]])
+                      for name in candidates}
             while True:
                 try:
                     return _place(workload, cost_model, candidates, costs, choice, order)
@@ -180,7 +181,7 @@ def _phase_means(costs, world: int) -> np.ndarray:
     return np.array([sum(rank_phases(p)[k] for pieces in cheapest for p in pieces) for k in range(len(PHASES))]) / world
 
 
-def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms) -> int:
+def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kinds: Sequence[str] = ()) -> int:
     """The least-split candidate whose largest piece is within ``target_ms``; with a target per
     phase, the cheapest candidate whose pieces are each within every phase's target (a table
     whose lookups alone outweigh a balanced rank's is cut although traffic dominates its total)."""
@@ -192,10 +193,17 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms) -> 
         if within:
             return min(within, key=lambda i: (pieces_total(per_candidate[i]), i))
         target_ms = float(target_ms.sum())
-    for i, pieces in enumerate(per_candidate):
-        if pieces_max(pieces) <= target_ms:
-            return i
-    return len(per_candidate) - 1
+    fitting = [i for i, pieces in enumerate(per_candidate) if pieces_max(pieces) <= target_ms]
+    if not fitting:
+        return len(per_candidate) - 1
+    # The least split that fits; but a replica on every rank (data-parallel) fits by its piece
+    # while every rank pays it: it is taken only where no fitting cut costs the world less.
+    first = fitting[0]
+    if kinds and kinds[first] == "data_parallel":
+        cheaper = [i for i in fitting[1:] if pieces_total(per_candidate[i]) < pieces_total(per_candidate[first])]
+        if cheaper:
+            return cheaper[0]
+    return first
 
 
 def _place(
