@@ -93,7 +93,20 @@ def main(argv=None) -> int:
                   f" {r['one_d_ms']:.3f} ms ({', '.join(f'{k} {v:.3f}' for k, v in flat.items())})", flush=True)
     shutil.rmtree(scratch)
     (OUT / "summary.json").write_text(json.dumps(rows, indent=1))
+    print(table(rows))
     return 0
+
+
+def table(rows: list[dict]) -> str:
+    """The summary as markdown: auto against the sweep's best, and the best 1D plan."""
+    lines = ["| ranks | sync every | auto: G | auto: step (ms) | planned in (s) | sweep's best G | its step (ms)"
+             " | auto / best | best 1D step (ms) | 2D / 1D |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['world']} | {r['sync_every']} | {r['auto_group']} | {r['auto_step_ms']:.3f}"
+                     f" | {r['auto_s']:.1f} | {r['best_group']} | {r['best_step_ms']:.3f}"
+                     f" | {r['auto_step_ms'] / r['best_step_ms']:.3f} | {r['one_d_ms']:.3f}"
+                     f" | {r['auto_step_ms'] / r['one_d_ms']:.3f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -240,6 +240,26 @@ BAD_FIELDS = [
     ("ranks-outside", "topology.ranks", [{"ranks": [99], "hbm_cap": "1GB"}], 2, "topology.ranks[0].ranks: rank 99"),
     ("ranks-all-reserved", "topology.ranks", [{"ranks": [0], "reserved": "100TB"}], 2, "keeps no HBM"),
     ("ranks-negative", "topology.ranks", [{"ranks": [-1]}], 2, "topology.ranks[0].ranks[0]"),
+    ("parallelism-not-a-block", "parallelism", 2, 2, "parallelism: input should be"),
+    ("parallelism-size-missing", "parallelism", {"sync_every": 2}, 2, "parallelism.sharding_group_size: required field is missing"),
+    ("parallelism-size-zero", "parallelism", {"sharding_group_size": 0}, 2, "must be a number of ranks"),
+    ("parallelism-size-string", "parallelism", {"sharding_group_size": "2"}, 2, "must be a number of ranks"),
+    ("parallelism-size-float", "parallelism", {"sharding_group_size": 1.0}, 2, "must be a number of ranks"),
+    ("parallelism-size-bool", "parallelism", {"sharding_group_size": True}, 2, "must be a number of ranks"),
+    ("parallelism-size-huge", "parallelism", {"sharding_group_size": 2**70}, 2, "parallelism.sharding_group_size: must be at most"),
+    ("parallelism-size-not-dividing", "parallelism", {"sharding_group_size": 3}, 2,
+     "parallelism.sharding_group_size: must divide world_size 2, got 3"),
+    ("parallelism-sync-zero", "parallelism", {"sharding_group_size": 1, "sync_every": 0}, 2, "parallelism.sync_every"),
+    ("parallelism-sync-negative", "parallelism", {"sharding_group_size": 1, "sync_every": -4}, 2, "parallelism.sync_every"),
+    ("parallelism-sync-huge", "parallelism", {"sharding_group_size": 1, "sync_every": 10**9}, 2, "parallelism.sync_every"),
+    ("parallelism-sync-string", "parallelism", {"sharding_group_size": 1, "sync_every": "5"}, 2, "parallelism.sync_every"),
+    ("parallelism-strategy-unknown", "parallelism", {"sharding_group_size": 1, "strategy": "grid"}, 2,
+     "parallelism.strategy"),
+    ("parallelism-fully-sharded-sync", "parallelism", {"sharding_group_size": 1, "strategy": "fully_sharded",
+                                                       "sync_every": 3}, 2, "fully_sharded syncs the weights every step"),
+    ("parallelism-inter-host-string", "parallelism", {"sharding_group_size": 1, "inter_host_allreduce": "yes"}, 2,
+     "parallelism.inter_host_allreduce"),
+    ("parallelism-unknown-key", "parallelism", {"sharding_group_size": 1, "groups": 2}, 2, "parallelism.groups"),
 ]
 
 
@@ -249,6 +269,16 @@ def workload_cases() -> list[Case]:
               for name, path, value, code, expect in BAD_FIELDS if name != "no-plan-fits"]
     tight = _set(_set(BASE_WORKLOAD, "tables.0.sharding_types", ["table_wise"]), "topology.hbm_cap", "4MB")
     cases.append(Case("workload-no-plan-fits", "workload", _plan_with(tight), 3, "conflict: ranks 0-1 need"))
+    small = _set(_set(BASE_WORKLOAD, "parallelism", {"sharding_group_size": 1}), "topology.hbm_cap", "4MB")
+    cases.append(Case("workload-parallelism-group-too-small", "workload", _plan_with(small), 3,
+                      "parallelism.sharding_group_size: a group of 1 ranks holds"))
+    pinned = _set(_set(BASE_WORKLOAD, "parallelism", {"sharding_group_size": 1}), "placement",
+                  [{"kind": "pin", "tables": ["a"], "ranks": [1]}])
+    cases.append(Case("workload-parallelism-pin-beyond-group", "workload", _plan_with(pinned), 2,
+                      "placement[0].ranks: rank 1 is not below world_size 1"))
+    cases.append(Case("workload-parallelism-auto-with-pin", "workload",
+                      _plan_with(_set(pinned, "parallelism", {"sharding_group_size": "auto"})), 2,
+                      "give the group's size, not auto"))
     cases.append(Case("workload-missing-file", "workload",
                       lambda box: ["plan", box.path("nope.yaml"), "-o", box.path("out.json")], 2, "no such workload file"))
     cases.append(Case("workload-a-folder", "workload",

@@ -174,6 +174,9 @@ def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int) ->
     from shardopt.planner import resolve_model
 
     wl, sha = read_workload(workload)
+    if wl.parallelism is not None:
+        raise ShardoptError(f"{workload}: parallelism: compare weighs 1D plans; for a 2D workload, compare one"
+                            " group: drop the parallelism block and set world_size to the group's size")
     model, notes = resolve_model(config, wl)
     comm = comm_for(wl, model) if do_replay else None
     for note in notes:

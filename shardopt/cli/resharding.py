@@ -69,6 +69,11 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     elif problems := layout_problems(old):  # no workload to check it against: its own shape
         raise ShardoptError(f"{old_plan}: {problems[0]}")
     wl, sha = read_workload(workload)
+    if old.parallelism is not None or wl.parallelism is not None:
+        which = f"{old_plan} is one sharding group's plan" if old.parallelism is not None else \
+            f"{workload} declares a parallelism block"
+        raise ShardoptError(f"{which}: replan re-shards 1D plans only; plan the 2D world afresh with"
+                            " shardopt plan (every group gets the same plan)")
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
         warn(warning)

@@ -54,7 +54,12 @@ def measure(path: Path, config: PlanConfig, plan_path: Optional[Path] = None, fr
     else:
         plan = fresh or plan_with(workload, config, cost_model=model, sha256=sha, source=str(path))
         valid = True
-    per_rank = model.breakdown(workload, plan.tables) if valid else []
+    if valid:
+        from shardopt.arithmetic.checks import planned_workload
+
+        per_rank = model.breakdown(planned_workload(workload, plan), plan.tables)
+    else:
+        per_rank = []
     state = plan_state(workload, sha, plan, model, valid) if valid else PlanState(
         sha, False, 0.0, 0.0, 0.0, cost_model=model_id(model, workload))
     return Measured(workload.name, path, workload, plan, state, per_rank)

@@ -129,8 +129,10 @@ def _replayed(m: Measured) -> Finding:
 
     if m.workload.topology.compute_device != "cpu":
         return Finding(m.name, "replayed", True, "not replayed: a cuda workload (replay runs CPU workloads here)")
+    from shardopt.arithmetic.checks import planned_workload
+
     try:
-        result = replay_plan(m.workload, m.plan)
+        result = replay_plan(planned_workload(m.workload, m.plan), m.plan)
     except (ShardoptError, RuntimeError) as exc:
         return Finding(m.name, "replayed", True, f"not replayed: {' '.join(str(exc).split())}")
     measured = Breakdown.of(result.per_rank).step_ms

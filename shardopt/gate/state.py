@@ -56,8 +56,14 @@ def model_id(model: CostModel, workload: Workload) -> str:
 
 
 def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, valid: bool) -> PlanState:
+    from shardopt.arithmetic.checks import planned_workload
     from shardopt.arithmetic.memory import plan_memory
+    from shardopt.costmodel.replica_sync import replica_sync
 
+    sync_ms = 0.0
+    if plan.parallelism is not None and workload.parallelism is not None:  # 2D: the group's, plus the sync
+        sync_ms = replica_sync(workload, plan.world_size, plan.tables).slowest_ms
+        workload = planned_workload(workload, plan)
     breakdown = Breakdown.of(model.breakdown(workload, plan.tables))
     hbm, _ = plan_memory(workload, plan.tables)
     tables = {}
@@ -69,7 +75,7 @@ def plan_state(workload: Workload, sha256: str, plan: Plan, model: CostModel, va
         cost = sum(model.shard_cost(workload, ShardSpec.placed(table, tp, s)).total_ms for s in tp.shards)
         tables[tp.name] = TableState(tp.sharding_type, sorted(s.rank for s in tp.shards), round(cost, 6))
     search = plan.predicted.search if plan.predicted else None
-    return PlanState(sha256, valid, round(breakdown.step_ms, 6), round(breakdown.bottleneck_ms, 6),
+    return PlanState(sha256, valid, round(breakdown.step_ms + sync_ms, 6), round(breakdown.bottleneck_ms + sync_ms, 6),
                      round(1 - max(hbm.values(), default=0) / workload.topology.hbm_cap, 6), tables,
                      model_id(model, workload), bool(search and search.robust))
 

@@ -61,20 +61,21 @@ def memory_refusal(workload: Workload, size: int) -> Optional[str]:
 
 
 def sync_floor_ms(workload: Workload, size: int) -> float:
-    """No group plan of ``size`` ranks syncs faster than this: the bytes of the tables that cannot
-    be data-parallel (TorchRec's candidates), spread evenly over the group's ranks."""
-    from shardopt.search.candidates import DP_MAX_CAP_SHARE
-
-    par, topo = workload.parallelism, workload.topology
+    """No group plan of ``size`` ranks syncs faster than this: the tables' bytes spread evenly over
+    the group's ranks, less the most that data-parallel replicas can take out of the sync (they
+    are DDP's; every rank holds each whole, so together at most one rank's HBM)."""
+    par = workload.parallelism
     weights_only = par.strategy == "fully_sharded"
-    need = 0
+    group = group_workload(workload, size)
+    total = replicable = 0
     for t in workload.tables:
         size_bytes = shard_bytes(workload.optimizer, t, t.num_embeddings, t.embedding_dim)
-        may_replicate = ("data_parallel" in t.allowed_sharding_types and t.num_embeddings <= workload.batch_size * size
-                         and size_bytes <= topo.hbm_cap * DP_MAX_CAP_SHARE)
-        if not may_replicate:
-            need += weight_bytes(t, t.num_embeddings, t.embedding_dim) if weights_only else size_bytes
-    return min(replica_sync_ms(workload, size, [need / size] * size))
+        synced = weight_bytes(t, t.num_embeddings, t.embedding_dim) if weights_only else size_bytes
+        total += synced
+        if "data_parallel" in t.allowed_sharding_types:
+            replicable += synced
+    need = total - min(replicable, min(group.topology.rank_caps))
+    return min(replica_sync_ms(workload, size, [max(need, 0) / size] * size))
 
 
 def plan_group(workload: Workload, size: int, plan_one: Callable[[Workload], Plan]) -> GroupOutcome:

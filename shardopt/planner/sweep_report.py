@@ -66,8 +66,9 @@ def group_png(points: Sequence[SweepPoint], title: str, path: Path) -> None:
         line, = step_ax.plot(xs, [p.step_ms for p in ok], "o-", label=f"{world} ranks: step with sync")
         step_ax.plot(xs, [p.step_ms - p.sync_ms for p in ok], "--", color=line.get_color(), lw=0.9,
                      label=f"{world} ranks: group's own step")
-        step_ax.plot(xs, [max(p.sync_ms, 1e-6) for p in ok], ":", color=line.get_color(), lw=0.9,
-                     label=f"{world} ranks: sync")
+        synced = [p for p in ok if p.sync_ms > 0]  # one group over the world syncs nothing
+        step_ax.plot([p.group_size for p in synced], [p.sync_ms for p in synced], ":", color=line.get_color(),
+                     lw=0.9, label=f"{world} ranks: sync")
         room_ax.plot(xs, [p.headroom for p in ok], "o-", color=line.get_color(), label=f"{world} ranks")
     sizes = sorted({p.group_size for p in points})
     for ax in (step_ax, room_ax):

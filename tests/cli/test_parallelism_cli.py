@@ -82,3 +82,14 @@ def test_bad_group_sizes_are_one_line(runner, tmp_path):
     result = run_cli(runner, "sweep", GROUPED, "--group-sizes", "3", "-o", tmp_path / "s")
     assert result.exit_code == 2 and "--group-sizes: 3 at 16 ranks: must divide world_size 16" in result.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_commands_that_weigh_1d_plans_refuse_a_2d_one_in_one_line(runner, tmp_path):
+    given = _with(tmp_path, sharding_group_size=8)
+    plan = tmp_path / "p.json"
+    assert run_cli(runner, "plan", given, "-o", plan, "--time-limit", "0.5").exit_code == 0
+    result = run_cli(runner, "replan", plan, given, "-o", tmp_path / "r.json")
+    assert result.exit_code == 2 and "replan re-shards 1D plans only" in result.stderr
+    assert not (tmp_path / "r.json").exists()
+    result = run_cli(runner, "compare", given)
+    assert result.exit_code == 2 and "compare weighs 1D plans" in result.stderr

@@ -135,3 +135,22 @@ def test_replay_reports_the_measured_step_without_gating_it(repo, runner):
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if " replayed " in line)
     assert "replayed step" in line and "not gated" in line
+
+
+def test_a_2d_workload_is_gated_on_its_step_with_the_sync(tmp_path, runner, monkeypatch):
+    """The gate scores a 2D plan as plan does: the group's critical path plus the replicas' sync;
+    a rarer sync in the edited workload shows as a shorter step, a more frequent one fails."""
+    monkeypatch.chdir(tmp_path)
+    source = CONFIGS.parent / "tests" / "data" / "grouped.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["parallelism"] = {"sharding_group_size": 8, "sync_every": 10}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(data))
+    assert run_cli(runner, "gate", "g.yaml", "--baseline", "gate.json", "--update", *LIMIT).exit_code == 0
+    state = json.loads((tmp_path / "gate.json").read_text())["workloads"]["grouped"]
+    assert run_cli(runner, "plan", "g.yaml", "-o", "p.json", *LIMIT).exit_code == 0
+    assert state["step_ms"] == pytest.approx(json.loads((tmp_path / "p.json").read_text())["parallelism"]["step_ms"],
+                                             abs=1e-5)
+    assert run_cli(runner, "gate", "g.yaml", "--baseline", "gate.json", *LIMIT).exit_code == 0
+    _edit("g.yaml", lambda d: d["parallelism"].update(sync_every=1))
+    result = run_cli(runner, "gate", "g.yaml", "--baseline", "gate.json", *LIMIT)
+    assert result.exit_code == 1 and "grouped" in result.stdout and "step" in result.stdout
