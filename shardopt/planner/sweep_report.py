@@ -57,7 +57,6 @@ def group_png(points: Sequence[SweepPoint], title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shardopt.core.files import write_figure
 
     fig, (step_ax, room_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     for world in sorted({p.world_size for p in points}):
@@ -70,17 +69,25 @@ def group_png(points: Sequence[SweepPoint], title: str, path: Path) -> None:
         step_ax.plot([p.group_size for p in synced], [p.sync_ms for p in synced], ":", color=line.get_color(),
                      lw=0.9, label=f"{world} ranks: sync")
         room_ax.plot(xs, [p.headroom for p in ok], "o-", color=line.get_color(), label=f"{world} ranks")
-    sizes = sorted({p.group_size for p in points})
-    for ax in (step_ax, room_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(g) for g in sizes])
-        ax.minorticks_off()
-        ax.set_xlabel("sharding group size (ranks)")
-        ax.legend(fontsize=6)
     step_ax.set_yscale("log")
     step_ax.set_ylabel("predicted ms per step")
     room_ax.set_ylabel("HBM headroom (fullest rank)")
-    room_ax.set_ylim(0, 1.05)
+    _finish(fig, (step_ax, room_ax), sorted({p.group_size for p in points}), "sharding group size (ranks)", title, path)
+
+
+def _finish(fig, axes, ticks, xlabel: str, title: str, path: Path) -> None:
+    """Both panels on a log-2 axis of ``ticks``, the right one a share in [0, 1]; written, closed."""
+    import matplotlib.pyplot as plt
+
+    from shardopt.core.files import write_figure
+
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize=6)
+    axes[1].set_ylim(0, 1.05)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     write_figure(fig, path)
@@ -110,7 +117,6 @@ def sweep_png(points: Sequence[SweepPoint], title: str, target_ms: Optional[floa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shardopt.core.files import write_figure
 
     fig, (step_ax, eff_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     for cap in sorted({p.hbm_cap for p in points}):
@@ -125,17 +131,6 @@ def sweep_png(points: Sequence[SweepPoint], title: str, target_ms: Optional[floa
         eff_ax.plot([p.world_size for p in ok], [p.efficiency for p in ok], "o-", label=label)
     if target_ms is not None:
         step_ax.axhline(target_ms, color="grey", ls="--", lw=0.8, label="target")
-    worlds = sorted({p.world_size for p in points})
-    for ax in (step_ax, eff_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(worlds, [str(w) for w in worlds])
-        ax.minorticks_off()
-        ax.set_xlabel("ranks")
-        ax.legend(fontsize=7)
     step_ax.set_ylabel("predicted step (ms)")
     eff_ax.set_ylabel("weak-scaling efficiency")
-    eff_ax.set_ylim(0, 1.05)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    write_figure(fig, path)
-    plt.close(fig)
+    _finish(fig, (step_ax, eff_ax), sorted({p.world_size for p in points}), "ranks", title, path)
