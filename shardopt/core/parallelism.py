@@ -122,3 +122,24 @@ def layout_error(world: int, local: int, group: int, inter_host_allreduce: bool)
 def group_sizes(world: int, local: int, inter_host_allreduce: bool = False) -> list[int]:
     """Every size a sharding group may have in this world, smallest first (the world itself: 1D)."""
     return [g for g in range(1, world + 1) if layout_error(world, local, g, inter_host_allreduce) is None]
+
+
+def group_world(topology, parallelism: Optional[Parallelism], placement, errors: list) -> Optional[tuple[int, int]]:
+    """The ranks and hosts a workload's placement rules name: the world's, or one sharding
+    group's in a 2D workload (None, with (path, reason) in ``errors``, where the block does not fit)."""
+    if parallelism is None:
+        return topology.world_size, topology.num_hosts
+    if parallelism.auto:
+        if any(getattr(rule, "ranks", None) is not None or getattr(rule, "hosts", None) is not None
+               for rule in placement):
+            errors.append(("parallelism.sharding_group_size",
+                           "a pin names ranks or hosts of one sharding group: give the group's size, not auto"))
+            return None
+        return topology.world_size, topology.num_hosts  # rules without ranks or hosts hold in any group
+    size, inter = parallelism.sharding_group_size, parallelism.inter_host_allreduce
+    reason = layout_error(topology.world_size, topology.ranks_per_host, size, inter)
+    if reason is not None:
+        errors.append(("parallelism.sharding_group_size", reason))
+        return None
+    layout = GroupLayout(topology.world_size, topology.ranks_per_host, size, inter)
+    return layout.group, layout.group // layout.group_ranks_per_host

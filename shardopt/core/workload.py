@@ -22,7 +22,7 @@ from shardopt.core.fields import (  # noqa: F401 (MAX_* are read from here too)
     Batch, Fraction, Name, NonNegativeFloat, Pooling, PositiveFloat, PositiveInt, Rows, Size, Weight, WorldSize,
 )
 from shardopt.core.hardware import hardware_profiles
-from shardopt.core.parallelism import GroupLayout, Parallelism, layout_error
+from shardopt.core.parallelism import Parallelism, group_world
 from shardopt.core.placement import RankSpec, Rule, placement_errors
 from shardopt.core.layout import DATA_TYPE_BYTES, shard_bytes
 from shardopt.core.validation import STRICT, validate_as
@@ -106,13 +106,16 @@ class HistogramAccess:
     """Access counts as in dlrm_datasets' locality stats: bin k holds rows seen (2^(k-1), 2^k] times.
 
     ``unique_frac[k]`` is the share of touched rows in bin k, ``access_frac[k]`` the share of all
-    lookups that hit them; ``rows_touched`` is how many distinct rows one batch touches.
+    lookups that hit them; ``rows_touched`` is how many distinct rows one batch touches; ``batches``
+    how many batches they were measured on, where they were.
     """
 
     distribution: Literal["histogram"]
     unique_frac: HistogramBins
     access_frac: HistogramBins
     rows_touched: Optional[Rows] = None
+    # Measured from this many batches (shardopt stats --from-batches); None: from a trace or given.
+    batches: Optional[Annotated[int, Strict(), Field(gt=0, le=2**40)]] = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -328,31 +331,10 @@ def semantic_errors(workload: Workload) -> list[tuple[str, str]]:
                 )
             )
     errors.extend(placement_errors((), topo.ranks, topo.world_size, topo.num_hosts, seen_tables))
-    group = _group_world(workload, errors)
+    group = group_world(topo, workload.parallelism, workload.placement, errors)
     if group is not None:
         errors.extend(placement_errors(workload.placement, None, group[0], group[1], seen_tables))
     return errors
-
-
-def _group_world(workload: Workload, errors: list[tuple[str, str]]) -> Optional[tuple[int, int]]:
-    """The ranks and hosts placement rules name: the world's, or one sharding group's in a 2D
-    workload (None, with the reason in ``errors``, where the parallelism block does not fit)."""
-    topo, par = workload.topology, workload.parallelism
-    if par is None:
-        return topo.world_size, topo.num_hosts
-    if par.auto:
-        if any(getattr(rule, "ranks", None) is not None or getattr(rule, "hosts", None) is not None
-               for rule in workload.placement):
-            errors.append(("parallelism.sharding_group_size",
-                           "a pin names ranks or hosts of one sharding group: give the group's size, not auto"))
-            return None
-        return topo.world_size, topo.num_hosts  # rules without ranks or hosts hold in any group
-    reason = layout_error(topo.world_size, topo.ranks_per_host, par.sharding_group_size, par.inter_host_allreduce)
-    if reason is not None:
-        errors.append(("parallelism.sharding_group_size", reason))
-        return None
-    layout = GroupLayout(topo.world_size, topo.ranks_per_host, par.sharding_group_size, par.inter_host_allreduce)
-    return layout.group, layout.group // layout.group_ranks_per_host
 
 
 def workload_from_dict(data: object, source: str = "<workload>") -> Workload:

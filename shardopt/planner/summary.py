@@ -126,6 +126,21 @@ def _short(reason: str | None) -> str:
         "not planned (its sync alone is slower)" if reason.startswith("not planned") else reason
 
 
+def statistics_line(workload: Workload) -> list[str]:
+    """Which tables' pooling and access were measured from batches, and which are assumed."""
+    measured = [t for t in workload.tables if getattr(t.access, "batches", None)]
+    if not measured:
+        return []
+    assumed = [t.name for t in workload.tables if not getattr(t.access, "batches", None)]
+    counts = sorted({t.access.batches for t in measured})
+    line = (f"statistics: {len(measured)} table{'s' if len(measured) > 1 else ''} measured from"
+            f" {'/'.join(map(str, counts))} batches")
+    if assumed:
+        line += f"; {len(assumed)} assumed as the workload gives them ({', '.join(assumed[:5])}" \
+                f"{' ...' if len(assumed) > 5 else ''})"
+    return [line]
+
+
 def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     from shardopt.arithmetic.checks import planned_workload
 
@@ -160,6 +175,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
                          f" priced from {predicted.comm_source}")
         lines.extend(sensitivity_lines(predicted))
     lines.extend(parallelism_lines(plan))
+    lines.extend(statistics_line(workload))
     lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))

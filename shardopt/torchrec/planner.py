@@ -70,6 +70,8 @@ class ShardoptPlanner(ShardingPlanner):
         sync_every: int = 1,
         sharding_strategy="default",
         use_inter_host_allreduce: bool = False,
+        batches=None,
+        stats_batches: int = 100,
         **unknown,
     ) -> None:
         if unknown:
@@ -85,6 +87,15 @@ class ShardoptPlanner(ShardingPlanner):
         # 2D sparse parallelism (DMPCollection): ``topology`` is the whole world; the plan is one
         # sharding group's (ranks 0..G-1), as DMPCollection(plan=..., sharding_group_size=G) takes it.
         self.parallelism = _parallelism(sharding_group_size, sync_every, sharding_strategy, use_inter_host_allreduce)
+        # Statistics from the user's batches (KeyedJaggedTensors, as the dataloader yields them):
+        # pooling and access per table, measured once on the first plan (shardopt.traces.batches).
+        if batches is not None and not hasattr(batches, "__iter__"):
+            raise ShardoptError(f"ShardoptPlanner batches: must be an iterable of KeyedJaggedTensors,"
+                                f" got {type(batches).__name__}")
+        if isinstance(stats_batches, bool) or not isinstance(stats_batches, int) or stats_batches <= 0:
+            raise ShardoptError(f"ShardoptPlanner stats_batches: must be a positive integer, got {stats_batches!r}")
+        self.batches, self.stats_batches = batches, stats_batches
+        self.measured: Optional[dict] = None
         self.topology = topology
         self.batch_size = batch_size
         self.constraints = constraints
@@ -145,6 +156,8 @@ class ShardoptPlanner(ShardingPlanner):
             return ShardingPlan({})
         except ShardoptError as exc:
             raise self._error(exc, module, sharders, topology, reserved, {}) from None
+        if self.batches is not None:
+            workload = self._with_measured(workload)
         if self.parallelism is not None:
             workload = _in_groups(workload, self.parallelism)
         plan = self._plan_or_load(workload, origins, module, sharders, topology, reserved)
@@ -154,6 +167,18 @@ class ShardoptPlanner(ShardingPlanner):
         group = planned_workload(workload, plan)
         self._log_stats(group, plan, topology, reserved)
         return to_sharding_plan(plan, group, origins)
+
+    def _with_measured(self, workload: Workload) -> Workload:
+        """The model's workload with the pooling and access its batches show (measured once)."""
+        from shardopt.core.workload import workload_from_dict
+        from shardopt.traces.batches import measure_batches
+        from shardopt.traces.to_workload import workload_with_batch_stats
+
+        if self.measured is None:
+            tables = {f: (t.name, t.num_embeddings) for t in workload.tables for f in t.features}
+            self.measured = measure_batches(self.batches, tables, limit=self.stats_batches,
+                                            source="ShardoptPlanner batches")
+        return workload_from_dict(workload_with_batch_stats(workload, self.measured), "ShardoptPlanner batches")
 
     def _plan_or_load(self, workload, origins, module, sharders, topology, reserved) -> Plan:
         from shardopt.planner import plan_with, resolve_model

@@ -60,3 +60,19 @@ def workload_from_trace(
         else:
             table["access"] = {"distribution": "uniform"}
     return data
+
+
+def workload_with_batch_stats(workload, stats: dict) -> dict:
+    """Plain workload data: ``workload`` with each measured table's pooling factor and access
+    histogram (and the batches it rests on) from ``stats`` (table -> FeatureStats); tables no
+    batch read keep what they had."""
+    data = workload_to_dict(workload)
+    for table in data["tables"]:
+        s = stats.get(table["name"])
+        if s is None or not s.lookups:
+            continue
+        table["pooling_factor"] = round(max(s.pooling_factor, MIN_POOLING), 6)
+        table["access"] = {"distribution": "histogram", "rows_touched": min(max(1, s.distinct), table["num_embeddings"]),
+                           "unique_frac": list(s.unique_frac), "access_frac": list(s.access_frac),
+                           "batches": s.batches}
+    return data
