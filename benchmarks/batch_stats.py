@@ -88,13 +88,13 @@ def main(argv=None) -> int:
     ids = sum(s.lookups for s in stats.values())
     print(f"{ids:.3g} ids in {batches} batches of {args.batch}: {seconds:.0f} s, peak RSS"
           f" {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB ({before:.2f} GiB before"
-          " the first batch: the interpreter, torch and TorchRec)")
-    print("| feature | rows | zipf | pooling | measured | hottest 1%: known | measured | distinct | exact |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " torch was imported)")
+    print("| feature | rows | zipf | pooling | measured | lookups / rows | hottest 1%: known | measured | distinct | exact |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, (rows, alpha, pooling) in FEATURES.items():
         s = stats[name]
         known = known_share(rows, alpha, 0.01)
-        print(f"| {name} | {rows:.0e} | {alpha} | {pooling} | {s.pooling_factor:.3f} | {known:.3f}"
+        print(f"| {name} | {rows:.0e} | {alpha} | {pooling} | {s.pooling_factor:.3f} | {s.lookups / rows:.3g} | {known:.3f}"
               f" | {s.hot_shares[1]:.3f} | {s.distinct} | {s.exact} |")
     return 0
 

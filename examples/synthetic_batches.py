@@ -45,3 +45,9 @@ def true_hot_share(rows: int, alpha: float, share: float) -> float:
     """The share of lookups the hottest ``share`` of ``rows`` rows take under Zipf(alpha)."""
     weights = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
     return float(weights[: max(1, int(np.ceil(share * rows)))].sum() / weights.sum())
+
+
+def shifted():
+    """The same features a month later: items pooled 30 times, not 20, users' ids flatter."""
+    moved = dict(FEATURES, item=(50_000, 0.8, 30.0), user=(10_000, 0.7, 4.0))
+    return zipf_loader(moved, 100, seed=1)

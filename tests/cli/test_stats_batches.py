@@ -63,3 +63,21 @@ def test_options_that_do_not_go_together_are_refused(runner, tmp_path):
     assert result.exit_code == 2 and "--workload: --from-batches needs" in result.stderr
     result = run_cli(runner, "stats", "-o", tmp_path / "o.yaml")
     assert result.exit_code == 2 and "TRACE: give an index trace" in result.stderr
+
+
+def test_compare_names_the_tables_whose_pooling_or_skew_moved(runner, tmp_path):
+    workload = _workload(runner, tmp_path)
+    first = tmp_path / "first.yaml"
+    assert run_cli(runner, "stats", "--from-batches", "examples.synthetic_batches:loader", "--workload", workload,
+                   "--batches", "40", "-o", first).exit_code == 0
+    same = run_cli(runner, "stats", "--from-batches", "examples.synthetic_batches:loader", "--workload", workload,
+                   "--batches", "40", "--compare", first, "-o", tmp_path / "same.yaml")
+    assert same.exit_code == 0 and "0 of 3 tables drifted beyond 10%" in same.stdout
+    moved = run_cli(runner, "stats", "--from-batches", "examples.synthetic_batches:shifted", "--workload", workload,
+                    "--batches", "40", "--compare", first, "-o", tmp_path / "moved.yaml")
+    assert moved.exit_code == 1, moved.output
+    assert "2 of 3 tables drifted" in moved.stdout
+    assert "item: pooling 20 -> 30" in moved.stdout and "user: hottest 1% of rows" in moved.stdout
+    result = run_cli(runner, "stats", "--from-batches", "examples.synthetic_batches:loader", "--workload", workload,
+                     "--compare", tmp_path / "nope.yaml", "-o", tmp_path / "x.yaml")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --compare:") and not (tmp_path / "x.yaml").exists()
