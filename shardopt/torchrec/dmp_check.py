@@ -39,6 +39,7 @@ class CheckResult:
     sharding: dict  # table -> (sharding type, ranks)
     max_pooled_error: float
     max_weight_error: float
+    measured_tables: int = 0  # tables whose statistics the plan took from the training batches
 
 
 def _free_port() -> int:
@@ -118,11 +119,11 @@ def run_rank(body, rank: int, world: int, port: int, queue) -> None:
     os._exit(0)
 
 
-def _worker(rank: int, world: int, port: int, queue) -> None:
-    run_rank(lambda: _check_rank(rank, world), rank, world, port, queue)
+def _worker(rank: int, world: int, port: int, measured: bool, queue) -> None:
+    run_rank(lambda: _check_rank(rank, world, measured), rank, world, port, queue)
 
 
-def _check_rank(rank: int, world: int) -> CheckResult:
+def _check_rank(rank: int, world: int, measured: bool = False) -> CheckResult:
     import torch
     import torch.distributed as dist
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -135,8 +136,10 @@ def _check_rank(rank: int, world: int) -> CheckResult:
     torch.set_num_threads(1)
     constraints = {n: ParameterConstraints(sharding_types=[kind], min_partition=MIN_PARTITION.get(n))
                    for n, _, _, kind in TABLES}
+    # measured: the plan is made from the statistics of the very batches the ranks train on.
+    batches = (batch_for(step, r, world) for step in range(STEPS) for r in range(world)) if measured else None
     planner = ShardoptPlanner(topology=Topology(world_size=world, compute_device="cpu"),
-                              batch_size=BATCH, constraints=constraints, time_limit_s=2)
+                              batch_size=BATCH, constraints=constraints, time_limit_s=2, batches=batches)
     model = build_model("meta")
     apply_optimizer_in_backward(torch.optim.SGD, model.sparse.ebc.parameters(), {"lr": LR})
     sharders = [EmbeddingBagCollectionSharder()]
@@ -168,7 +171,9 @@ def _check_rank(rank: int, world: int) -> CheckResult:
     for module_plan in plan.plan.values():
         for name, ps in module_plan.items():
             sharding[name] = (ps.sharding_type, list(ps.ranks or []))
-    return CheckResult(rank, sharding, pooled_error, weight_error)
+    measured_tables = sum(1 for t in planner.last_workload.tables if getattr(t.access, "batches", None)) \
+        if planner.last_workload is not None else 0
+    return CheckResult(rank, sharding, pooled_error, weight_error, measured_tables)
 
 
 def _local_pieces(dmp, state):
@@ -253,15 +258,17 @@ def spawn_ranks(target, world: int, extra: tuple = ()) -> list:
     return results
 
 
-def run_check(world: int) -> list[CheckResult]:
-    return sorted(spawn_ranks(_worker, world), key=lambda r: r.rank)
+def run_check(world: int, measured: bool = False) -> list[CheckResult]:
+    """Every rank's result; ``measured``: plan from the statistics of the training batches."""
+    return sorted(spawn_ranks(_worker, world, (measured,)), key=lambda r: r.rank)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--measured", action="store_true", help="Plan from the training batches' statistics.")
     args = parser.parse_args(argv)
-    results = run_check(args.world_size)
+    results = run_check(args.world_size, args.measured)
     for name, (kind, ranks) in sorted(results[0].sharding.items()):
         print(f"{name:6} {kind:18} ranks {ranks}")
     pooled = max(r.max_pooled_error for r in results)

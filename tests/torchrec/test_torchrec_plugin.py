@@ -246,3 +246,13 @@ def test_cli_from_torchrec_names_the_gpus(runner, tmp_path):
                          "--device", device, "--batch-size", "64", "--hardware", bad, "-o", tmp_path / "x.yaml")
         assert result.exit_code == 2 and "--hardware: for --device" in result.stderr, (device, bad)
         assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.slow
+def test_dmp_trained_with_a_plan_from_measured_statistics_matches_an_unsharded_model():
+    """ShardoptPlanner(batches=...) measures the training batches themselves; the plan it makes
+    trains to the unsharded reference as any other (CPU: no hot-row or UVM cuts run here)."""
+    results = run_check(2, measured=True)
+    assert results[0].measured_tables == 5  # every table's statistics measured (rank 0 planned)
+    for r in results:
+        assert r.max_pooled_error < 1e-5 and r.max_weight_error < 1e-5, r
