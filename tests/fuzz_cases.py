@@ -462,7 +462,7 @@ def trace_cases() -> list[Case]:
         Case("trace-missing", "trace", lambda box: ["stats", box.path("nope.pt"), "-o", box.path("w.yaml")], 2,
              "no such file"),
         Case("trace-a-folder", "trace", lambda box: ["stats", box.root, "-o", box.path("w.yaml")], 2,
-             "Invalid value for 'TRACE'"),
+             "Invalid value for '[TRACE]'"),
         Case("trace-bad-name-option", "trace",
              lambda box: ["stats", box.write("t.pt.gz", _trace_bytes(_good_trace())), "--name", "../x",
                           "-o", box.path("w.yaml")], 2, "--name: must be a plain file name"),
