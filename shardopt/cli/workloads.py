@@ -92,6 +92,11 @@ def _stats_from_batches(factory: str, workload_path: Path | None, limit: int, tr
               f" keep {workload_path.name}'s.")
     write_atomic(output, workload_yaml(data, header))
     unread = [t.name for t in workload.tables if t.name not in measured]
+    click.echo(f"{'table':<24} {'pooling':>9} {'sd':>7} {'distinct':>10}   hottest 0.1% / 1% / 10% of rows")
+    for table, s in measured.items():
+        shares = " / ".join(f"{x:.0%}" for x in s.hot_shares)
+        click.echo(f"{table:<24} {s.pooling_factor:>9.3f} {s.pooling_sd:>7.2f} {s.distinct:>10}{'' if s.exact else '~'}"
+                   f"   {shares}")
     click.echo(f"wrote {output}: {len(measured)} tables measured from {done} batches"
                + (f"; {len(unread)} no batch read kept their statistics ({', '.join(unread[:5])})" if unread else ""))
 

@@ -27,6 +27,7 @@ def test_measured_statistics_go_into_the_workload_and_plan(runner, tmp_path):
                      "--batches", "40", "-o", out)
     assert result.exit_code == 0, result.stderr
     assert "3 tables measured from 40 batches" in result.stdout
+    assert "hottest 0.1% / 1% / 10% of rows" in result.stdout and "item " in result.stdout
     tables = {t["name"]: t for t in yaml.safe_load(out.read_text())["tables"]}
     for name, (_, _, pooling) in FEATURES.items():
         assert tables[name]["pooling_factor"] == pytest.approx(pooling, rel=0.03)
