@@ -96,7 +96,10 @@ def _stats_from_batches(factory: str, workload_path: Path | None, limit: int, tr
     for table, s in measured.items():
         shares = " / ".join(f"{x:.0%}" for x in s.hot_shares)
         click.echo(f"{table:<24} {s.pooling_factor:>9.3f} {s.pooling_sd:>7.2f} {s.distinct:>10}{'' if s.exact else '~'}"
-                   f"   {shares}")
+                   f"   {shares}{'' if s.shares_from == 'observed' else f' ({s.shares_from})'}")
+    if any(s.shares_from != "observed" for s in measured.values()):
+        click.echo("fitted: the hottest shares carry on the power law of the rows read 16+ times; under-sampled:"
+                   " too few such rows, the rest spread evenly (read more --batches)")
     click.echo(f"wrote {output}: {len(measured)} tables measured from {done} batches"
                + (f"; {len(unread)} no batch read kept their statistics ({', '.join(unread[:5])})" if unread else ""))
 

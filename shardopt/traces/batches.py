@@ -25,6 +25,8 @@ MAX_DISTINCT = 1 << 21  # ids counted per feature (16 bytes each): 32 MiB a feat
 BUFFER_IDS = 1 << 21  # ids held before they are folded into the counts
 KMV = 4096  # smallest hashes kept for the distinct-count estimate (about 1.6% error)
 SHARES = (0.001, 0.01, 0.1)  # the access curve's points: hottest fractions of the table's rows
+WELL_SAMPLED = 16  # a row read this often has a count that says its rank (Poisson error <= 25%)
+MIN_HEAD = 20  # well-sampled rows needed to fit the head's exponent
 _MASK = np.uint64((1 << 64) - 1)
 
 
@@ -126,15 +128,59 @@ class FeatureStats:
     unique_frac: tuple[float, ...]
     access_frac: tuple[float, ...]
     exact: bool
+    # how the hottest shares beyond the well-sampled rows were found: "observed" (every such row
+    # was read often enough), "fitted" (the head's power law carried on), "under-sampled" (too few
+    # well-read rows to fit: the rest spread evenly, the least skew the counts allow)
+    shares_from: str = "observed"
+
+
+def _power_integral(lo: float, hi: float, s: float) -> float:
+    """The integral of r^-s over [lo, hi]: the mass a power law puts on ranks lo..hi."""
+    if hi <= lo:
+        return 0.0
+    if abs(s - 1.0) < 1e-9:
+        return float(np.log(hi / lo))
+    return float((hi ** (1 - s) - lo ** (1 - s)) / (1 - s))
+
+
+def hot_shares(counts: np.ndarray, lookups: int, rows: int) -> tuple[tuple[float, ...], str]:
+    """Share of lookups on each SHARES fraction of the hottest rows, from counts sorted descending.
+
+    Where the hottest fraction reaches rows read fewer than WELL_SAMPLED times, the counts no
+    longer rank the rows (a row seen once by chance ranks with a hot one), and the observed share
+    overstates the skew, by tens of points on a table far larger than the lookups seen. There the
+    well-read head's exponent (least squares in log-log) spreads the rest of the lookups over the
+    rest of the table, as the Zipf law the head follows would; with too few well-read rows to fit,
+    the rest is spread evenly (the least skew the counts allow: "under-sampled")."""
+    if not lookups:
+        return (0.0,) * len(SHARES), "observed"
+    cum = np.cumsum(counts, dtype=np.float64)
+    exponent, head = 0.0, int(np.searchsorted(-counts, -WELL_SAMPLED, side="right"))
+    fitted = False
+    for floor in (WELL_SAMPLED, WELL_SAMPLED // 4):  # a sparser sample fits on rows read 4+ times
+        rows_read = int(np.searchsorted(-counts, -floor, side="right"))  # rows read >= floor times
+        if rows_read >= MIN_HEAD:
+            ranks = np.arange(1, rows_read + 1, dtype=np.float64)
+            slope = np.polyfit(np.log(ranks), np.log(counts[:rows_read]), 1)[0]
+            exponent, head, fitted = float(np.clip(-slope, 0.0, 3.0)), rows_read, True
+            break
+    head_mass = float(cum[head - 1]) if head else 0.0
+    shares, extrapolated = [], False
+    for share in SHARES:
+        top = max(1, int(np.ceil(share * rows)))
+        observed = float(cum[min(top, len(cum)) - 1]) if len(cum) else 0.0
+        if top > head:  # beyond the well-read head: the power law (or an even spread) carries on
+            rest = (lookups - head_mass) * _power_integral(head + 0.5, top + 0.5, exponent) / max(
+                _power_integral(head + 0.5, rows + 0.5, exponent), 1e-300)
+            observed, extrapolated = min(head_mass + rest, observed), True
+        shares.append(observed / lookups)
+    return tuple(shares), ("fitted" if fitted else "under-sampled") if extrapolated else "observed"
 
 
 def feature_stats(counter: FeatureCounter) -> FeatureStats:
     counts = np.sort(counter.counts())[::-1]
     lookups = counter.lookups  # pruned ids' lookups included
-    shares = []
-    for share in SHARES:
-        top = max(1, int(np.ceil(share * counter.rows)))
-        shares.append(float(counts[:top].sum()) / lookups if lookups else 0.0)
+    shares, shares_from = hot_shares(counts, lookups, counter.rows)
     distinct = counter.distinct()
     unique, access = _histogram(counts, distinct, lookups)
     mean = counter.lookups / counter.bags if counter.bags else 0.0
@@ -143,7 +189,8 @@ def feature_stats(counter: FeatureCounter) -> FeatureStats:
         batches=counter.batches, bags=counter.bags, lookups=counter.lookups, pooling_factor=mean,
         pooling_sd=float(np.sqrt(var)), distinct=distinct,
         rows_touched=int(round(counter.touched_per_batch / counter.batches)) if counter.batches else 0,
-        hot_shares=tuple(shares), unique_frac=unique, access_frac=access, exact=counter.exact,
+        hot_shares=shares, unique_frac=unique, access_frac=access, exact=counter.exact,
+        shares_from=shares_from,
     )
 
 

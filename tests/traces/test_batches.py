@@ -37,6 +37,24 @@ def test_pooling_and_the_hottest_shares_match_the_known_distribution(max_distinc
     assert not stats["t_b"].exact or max_distinct > 200_000
 
 
+def test_a_table_far_larger_than_its_lookups_takes_the_heads_power_law():
+    """2M rows read ~80K times (0.04 lookups a row): counting alone calls the 1% of rows seen
+    most the home of over 60% of lookups; the head's fitted exponent puts it within 5 points."""
+    sparse = {"s": (2_000_000, 0.9, 1.0)}
+    s = measure_batches(zipf_loader(sparse, 40, 2048), {"s": ("t", 2_000_000)})["t"]
+    assert s.lookups < 0.05 * 2_000_000 and s.shares_from == "fitted"
+    for share, measured in zip(SHARES, s.hot_shares):
+        assert measured == pytest.approx(true_hot_share(2_000_000, 0.9, share), abs=0.05), share
+
+
+def test_too_few_well_read_rows_is_under_sampled_and_never_more_skewed_than_counted():
+    """Ten lookups, each of another row: no head to fit, the shares are those of an even spread
+    (each fraction of the rows takes that fraction of the lookups), and say so."""
+    s = measure_batches([_kjt(list(range(0, 1000, 100)), [1] * 10)], {"a": ("t", 1000)})["t"]
+    assert s.shares_from == "under-sampled"
+    assert s.hot_shares == pytest.approx(SHARES, abs=1e-9)
+
+
 def test_features_sharing_a_table_add_up_per_sample():
     two = {"x": ("t", 1000), "y": ("t", 1000)}
     batch = KeyedJaggedTensor.from_lengths_sync(keys=["x", "y"], values=torch.tensor([1, 2, 3, 1, 1]),
