@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import accumulate, repeat
 from typing import Literal, NamedTuple, Optional, Sequence
 
@@ -208,9 +208,6 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
     out += _uvm_tiers(workload, table, size, out)
     if table.compute_kernels is not None:
-        if "fused" not in table.compute_kernels and "dense" in table.compute_kernels:
-            # TorchRec runs any sharding type with the dense (unfused) kernel: same bytes, same lookups.
-            out = [replace(c, compute_kernel="dense") if c.compute_kernel == "fused" else c for c in out]
         kept = [c for c in out if c.compute_kernel in table.compute_kernels]
         if not kept:
             raise ShardoptError(

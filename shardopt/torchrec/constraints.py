@@ -35,6 +35,14 @@ class StrictConstraints(ShardoptError):
         super().__init__(message, kind=ErrorKind.INFEASIBLE)
 
 
+class DenseOnlyModelParallel(ShardoptError):
+    """The table may only be cut model-parallel with the dense kernel, which TorchRec runs with
+    data_parallel alone (its planner refuses any other pairing: INVALID_COMPUTE_KERNEL)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=ErrorKind.INFEASIBLE)
+
+
 @dataclass
 class TableRules:
     """What the constraints and the sharder make of one TorchRec table."""
@@ -42,6 +50,9 @@ class TableRules:
     fields: dict = field(default_factory=dict)  # workload table fields the search honours
     runtime: dict = field(default_factory=dict)  # ParameterSharding keyword arguments
     restricted: bool = False  # the sharder or the constraints narrowed its sharding types or kernels
+    # Model-parallel types the table may run only with the dense kernel, which TorchRec pairs with
+    # data_parallel alone: planned as fused (same bytes, same lookups), then refused as TorchRec does.
+    dense_only: list = field(default_factory=list)
 
 
 def sharder_lists(sharder, device: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -66,9 +77,16 @@ def table_rules(constraint, sharder, device: str, batch_size: int, where: str) -
         allowed = known_types
     if not allowed:
         raise StrictConstraints(f"{where}: its sharder runs none of the sharding types shardopt plans ({types})")
+    kernels = _kernels(constraint, allowed, kernels_by_type, where)
+    dense_only = _dense_only(constraint, allowed, kernels_by_type)
+    if dense_only and len(dense_only) < len(allowed):  # the types that run another kernel stay
+        allowed = [t for t in allowed if t not in dense_only]
+        kernels = _kernels(constraint, allowed, kernels_by_type, where)
+    elif dense_only:
+        rules.dense_only = dense_only
+        kernels = sorted(set(kernels or ()) | {"fused"}, key=KERNELS.index)
     if set(allowed) != set(SHARDING_TYPES):
         rules.fields["sharding_types"] = allowed
-    kernels = _kernels(constraint, allowed, kernels_by_type, where)
     if kernels is not None:
         rules.fields["compute_kernels"] = kernels
     rules.restricted = bool(constraint is not None and (constraint.sharding_types or constraint.compute_kernels)) \
@@ -88,6 +106,17 @@ def table_rules(constraint, sharder, device: str, batch_size: int, where: str) -
         if value is not None:
             rules.runtime[name] = value
     return rules
+
+
+def _dense_only(constraint, allowed: list[str], kernels_by_type: dict) -> list[str]:
+    """The model-parallel types among ``allowed`` whose only kernel here is dense."""
+    wanted = {str(k) for k in constraint.compute_kernels} if constraint is not None and constraint.compute_kernels else None
+    out = []
+    for t in allowed:
+        offered = set(kernels_by_type.get(t, KERNELS)) & set(KERNELS)
+        if t != "data_parallel" and (offered & wanted if wanted is not None else offered) == {"dense"}:
+            out.append(t)
+    return out
 
 
 def _kernels(constraint, allowed: list[str], kernels_by_type: dict, where: str) -> Optional[list[str]]:

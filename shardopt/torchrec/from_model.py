@@ -35,6 +35,17 @@ class Origin:
     runtime: dict = field(default_factory=dict, compare=False, hash=False)
     # The sharder or the constraints narrowed what the table may be (for PlannerError's type).
     restricted: bool = field(default=False, compare=False, hash=False)
+    # Model-parallel types it may run only with the dense kernel (constraints.TableRules.dense_only).
+    dense_only: list = field(default_factory=list, compare=False, hash=False)
+
+
+def dense_only_message(dense) -> str:
+    """One line naming the tables (``(name, Origin)`` pairs) that may be cut only with dense."""
+    name, origin = dense[0]
+    more = f" (and {len(dense) - 1} more tables)" if len(dense) > 1 else ""
+    return (f"TorchRec table {origin.table!r} (module {origin.module_path or '(root)'}){more}:"
+            f" {', '.join(origin.dense_only)} may run only the dense kernel here, which TorchRec runs with"
+            " data_parallel alone; offer fused (or fused_uvm, fused_uvm_caching) for them, or data_parallel")
 
 
 def _module_types():
@@ -54,13 +65,17 @@ def workload_from_module(
     access: Optional[dict] = None,
     hardware: Optional[str] = None,
     placement: Sequence[dict] = (),
+    dense_trial: bool = False,
 ) -> tuple[Workload, dict[str, Origin]]:
     """The model's embedding tables as a workload, and each table's origin. ``access`` is the
     access distribution assumed for every table (a TorchRec model carries no statistics), e.g.
     ``{"distribution": "zipf", "alpha": 1.05}``; None: uniform. ``hardware``: the GPUs' hardware
     profile (h100, h200, a100); None: the GPU this process sees, else the cuda default.
     ``placement``: shardopt's placement rules (docs/formats.md), naming tables as the workload
-    does (TorchRec has no such constraint)."""
+    does (TorchRec has no such constraint). A table whose model-parallel types may run only the
+    dense kernel (TorchRec runs it with data_parallel alone) is refused after every table was read
+    (DenseOnlyModelParallel), or with ``dense_trial`` planned as fused and named in its origin, so
+    the planner can refuse it where TorchRec's would: after a plan was found."""
     ebc_type, ec_type, fp_type = _module_types()
     constraints = constraints or {}
     found: list[tuple[str, object, object]] = []  # (path, module, its sharder or None)
@@ -107,8 +122,13 @@ def workload_from_module(
                 table["pooled"] = False  # sequence embeddings: a row per id goes back to its sample
             if access is not None:
                 table["access"] = access
-            origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted)
+            origins[table_name] = Origin(path, config.name, rules.runtime, rules.restricted, rules.dense_only)
             tables.append(table)
+    dense = [(name, o) for name, o in origins.items() if o.dense_only]
+    if dense and not dense_trial:
+        from shardopt.torchrec.constraints import DenseOnlyModelParallel
+
+        raise DenseOnlyModelParallel(dense_only_message(dense))
     data = {"version": 1, "name": name, "batch_size": int(batch_size), "topology": topo, "tables": tables}
     if placement:
         data["placement"] = [dict(rule) for rule in placement]

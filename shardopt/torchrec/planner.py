@@ -151,7 +151,7 @@ class ShardoptPlanner(ShardingPlanner):
         try:
             workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders,
                                                      access=self.access, hardware=self.hardware,
-                                                     placement=self.placement)
+                                                     placement=self.placement, dense_trial=True)
         except NoTables:
             return ShardingPlan({})
         except ShardoptError as exc:
@@ -161,6 +161,7 @@ class ShardoptPlanner(ShardingPlanner):
         if self.parallelism is not None:
             workload = _in_groups(workload, self.parallelism)
         plan = self._plan_or_load(workload, origins, module, sharders, topology, reserved)
+        _refuse_dense_model_parallel(origins)
         self.last_plan, self.last_workload, self.last_origins = plan, workload, origins
         from shardopt.arithmetic.checks import planned_workload
 
@@ -195,12 +196,13 @@ class ShardoptPlanner(ShardingPlanner):
             raise self._error(exc, module, sharders, topology, reserved, restricted) from None
 
     def _error(self, exc: ShardoptError, module, sharders, topology, reserved, restricted) -> Exception:
-        from shardopt.torchrec.planner_errors import model_bytes, planner_error
+        from shardopt.torchrec.planner_errors import planner_error, storage_need
 
         device = topology.compute_device
         hbm = sum(table_storage(d.storage, device) for d in reserved.devices)
         ddr = sum(int(d.storage.ddr) for d in reserved.devices) if device == "cuda" else 0
-        error = planner_error(exc, need=model_bytes(module, sharders), hbm=hbm, ddr=ddr,
+        need = storage_need(module, sharders, self.constraints, device, topology.world_size)
+        error = planner_error(exc, need=need, hbm=hbm, ddr=ddr,
                               reserved=_reserved_per_rank(topology, reserved), restricted=restricted)
         return error if error is not None else exc
 
@@ -258,6 +260,19 @@ def _in_groups(workload: Workload, parallelism) -> Workload:
         if path.startswith("parallelism"):
             raise ShardoptError(f"ShardoptPlanner sharding_group_size: {reason}")
     return grouped
+
+
+def _refuse_dense_model_parallel(origins) -> None:
+    """TorchRec's planner plans a table its sharder cuts model-parallel only with the dense kernel,
+    then refuses the plan (INVALID_COMPUTE_KERNEL); the same, once a plan was found."""
+    from torchrec.distributed.planner.types import PlannerErrorType
+
+    from shardopt.torchrec.from_model import dense_only_message
+    from shardopt.torchrec.planner_errors import ShardoptPlannerError
+
+    dense = [(name, o) for name, o in origins.items() if o.dense_only]
+    if dense:
+        raise ShardoptPlannerError(f"shardopt: {dense_only_message(dense)}.", PlannerErrorType.INVALID_COMPUTE_KERNEL)
 
 
 def _reserved_per_rank(topology: Topology, reserved: Topology) -> int:

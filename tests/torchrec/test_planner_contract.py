@@ -33,11 +33,13 @@ MB = 1024 * 1024
 
 
 class TWvsRWSharder(EmbeddingBagCollectionSharder):
+    """TorchRec's test sharders ran dense; TorchRec 1.8 pairs dense with data_parallel alone."""
+
     def sharding_types(self, compute_device_type):
         return [ShardingType.ROW_WISE.value, ShardingType.TABLE_WISE.value]
 
     def compute_kernels(self, sharding_type, compute_device_type):
-        return [EmbeddingComputeKernel.DENSE.value]
+        return [EmbeddingComputeKernel.FUSED.value]
 
 
 class TWSharder(EmbeddingBagCollectionSharder):
@@ -45,7 +47,7 @@ class TWSharder(EmbeddingBagCollectionSharder):
         return [ShardingType.TABLE_WISE.value]
 
     def compute_kernels(self, sharding_type, compute_device_type):
-        return [EmbeddingComputeKernel.DENSE.value]
+        return [EmbeddingComputeKernel.FUSED.value]
 
 
 class SparseNN(nn.Module):
@@ -71,7 +73,7 @@ def test_sharder_allow_lists_are_honoured():
     plan = planner.plan(SparseNN(_tables(4)), [TWvsRWSharder()])
     for ps in _shardings(plan).values():
         assert ps.sharding_type in ("row_wise", "table_wise")
-        assert ps.compute_kernel == "dense"
+        assert ps.compute_kernel == "fused"
 
 
 def test_strict_constraints_raise_and_a_rerun_with_wider_sharders_plans():
