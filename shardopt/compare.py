@@ -53,25 +53,43 @@ def compare_with_torchrec(
     sha256: Optional[str] = None,
     rounds: int = 0,
     comm=None,
+    torchrec_timeout_s: Optional[int] = None,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> Comparison:
-    """Plan with TorchRec's planner and with shardopt (``config``), score both with ``model`` and,
+    """Plan with shardopt (``config``) and with TorchRec's planner, score both with ``model`` and,
     with ``rounds``, replay both side by side (``comm``: the all-to-all source; None: the
-    comm-source rule's for ``model``, as its predictions have)."""
+    comm-source rule's for ``model``, as its predictions have). ``torchrec_timeout_s`` bounds
+    TorchRec's side (``shardopt.torchrec.bounded``); where it does not finish, its side holds no
+    plan and a note, and shardopt's side is still scored and replayed."""
     from shardopt.planner import plan_with
-    from shardopt.torchrec.to_model import torchrec_plan
 
     out = Comparison(workload, model.name, rounds=rounds)
-    theirs, theirs_s = timed(lambda: torchrec_plan(workload, sha256))
+    progress(f"shardopt: planning {len(workload.tables)} tables on {workload.topology.world_size} ranks")
     ours, ours_s = timed(lambda: plan_with(workload, config, cost_model=model, sha256=sha256))
-    for name, plan, seconds in (("shardopt", ours, ours_s), ("torchrec", theirs, theirs_s)):
-        out.sides[name] = Side(plan, seconds, predicted(model, workload, plan))
+    progress(f"shardopt: planned in {ours_s:.1f} s; TorchRec's planner: planning"
+             + (f" (search bound {torchrec_timeout_s} s)" if torchrec_timeout_s else ""))
+    out.sides["shardopt"] = Side(ours, ours_s, predicted(model, workload, ours))
+    if torchrec_timeout_s is None:
+        from shardopt.torchrec.to_model import torchrec_plan
+
+        theirs, theirs_s = timed(lambda: torchrec_plan(workload, sha256))
+        note = ""
+    else:
+        from shardopt.torchrec.bounded import bounded_torchrec_plan
+
+        bounded = bounded_torchrec_plan(workload, sha256, torchrec_timeout_s, progress)
+        theirs, theirs_s, note = bounded.plan, bounded.seconds, bounded.note
+    progress(f"TorchRec's planner: {'planned' if theirs is not None else 'stopped'} after {theirs_s:.1f} s")
+    out.sides["torchrec"] = Side(theirs, theirs_s, predicted(model, workload, theirs) if theirs else None, note=note)
     if rounds:
         from shardopt.measure.replay import comm_for, replay_side_by_side
 
         comm = comm or comm_for(workload, model)
-        result = replay_side_by_side(workload, {"shardopt": ours, "torchrec": theirs}, rounds, comm=comm)
-        for name, side in out.sides.items():
-            side.measured = (result.step_ms(name), result.bottleneck_ms(name))
+        plans = {name: side.plan for name, side in out.sides.items() if side.plan is not None}
+        progress(f"replaying {' and '.join(plans)} side by side, {rounds} rounds")
+        result = replay_side_by_side(workload, plans, rounds, comm=comm)
+        for name in plans:
+            out.sides[name].measured = (result.step_ms(name), result.bottleneck_ms(name))
         out.comm_name = comm.name
     return out
 
@@ -84,12 +102,18 @@ def comparison_text(c: Comparison) -> str:
              f"{'planner':<10} {'plan s':>7} {'predicted step':>15} {'bottleneck':>11}"
              + (f" {'replayed step':>14} {'bottleneck':>11}" if replayed else "")]
     for name, side in c.sides.items():
+        if side.plan is None:
+            lines.append(f"{name:<10} {side.plan_s:>7.1f} {'no plan: ' + side.note:>15}")
+            continue
         line = (f"{name:<10} {side.plan_s:>7.1f} {side.predicted.step_ms:>15.3f}"
                 f" {side.predicted.bottleneck_ms:>11.3f}")
         if replayed:
             line += f" {side.measured[0]:>14.3f} {side.measured[1]:>11.3f}"
-        lines.append(line)
+        lines.append(line + (f"   ({side.note})" if side.note else ""))
     ours, theirs = c.sides["shardopt"], c.sides["torchrec"]
+    if theirs.plan is None:
+        lines.append("shardopt / torchrec: no ratio, TorchRec's planner gave no plan in time")
+        return "\n".join(lines)
     ratio = (f"shardopt / torchrec: predicted {ours.predicted.step_ms / theirs.predicted.step_ms:.3f} per step"
              f" ({ours.predicted.bottleneck_ms / theirs.predicted.bottleneck_ms:.3f} by bottleneck)")
     if replayed:

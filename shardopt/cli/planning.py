@@ -161,8 +161,13 @@ def report(plan_file: Path, workload: Path | None, output: Path) -> None:
 @click.option("--rounds", type=click.IntRange(1, 1000), default=3, show_default=True,
               help="Replay rounds (with --replay): both plans' ranks timed in a shuffled order each"
               " round; steps and bottlenecks are read off per-rank medians.")
-def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int) -> None:
-    """Plan WORKLOAD with TorchRec's planner and with shardopt; print both side by side."""
+@click.option("--torchrec-timeout", "torchrec_timeout", type=click.IntRange(1, 86400), default=120,
+              show_default=True, help="Seconds TorchRec's planner may search (its timeout_seconds; it then"
+              " keeps its best plan). It is stopped outright at twice that plus 30 s, and shardopt's side"
+              " is printed alone.")
+def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int, torchrec_timeout: int) -> None:
+    """Plan WORKLOAD with shardopt and with TorchRec's planner; print both side by side (progress on
+    stderr)."""
     import logging
     import warnings
 
@@ -181,5 +186,6 @@ def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int) ->
     comm = comm_for(wl, model) if do_replay else None
     for note in notes:
         warn(note)
-    result = compare_with_torchrec(wl, model, config, sha256=sha, rounds=rounds if do_replay else 0, comm=comm)
+    result = compare_with_torchrec(wl, model, config, sha256=sha, rounds=rounds if do_replay else 0, comm=comm,
+                                   torchrec_timeout_s=torchrec_timeout, progress=lambda line: click.echo(line, err=True))
     click.echo(comparison_text(result))

@@ -57,8 +57,9 @@ def torchrec_constraints(workload: Workload) -> dict:
     return out
 
 
-def torchrec_plan(workload: Workload, sha256: str | None = None) -> Plan:
-    """Plan the workload with TorchRec's EmbeddingShardingPlanner (defaults, as users run it)."""
+def torchrec_plan(workload: Workload, sha256: str | None = None, timeout_s: int | None = None) -> Plan:
+    """Plan the workload with TorchRec's EmbeddingShardingPlanner (defaults, as users run it;
+    ``timeout_s``: its ``timeout_seconds``, after which it keeps the best proposal found)."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.types import PlannerError
@@ -67,6 +68,7 @@ def torchrec_plan(workload: Workload, sha256: str | None = None) -> Plan:
         topology=torchrec_topology(workload),
         batch_size=workload.batch_size,
         constraints=torchrec_constraints(workload),
+        timeout_seconds=timeout_s,
     )
     try:
         sharding_plan = planner.plan(build_module(workload), [EmbeddingBagCollectionSharder()])

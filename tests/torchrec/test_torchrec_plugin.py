@@ -256,3 +256,38 @@ def test_dmp_trained_with_a_plan_from_measured_statistics_matches_an_unsharded_m
     assert results[0].measured_tables == 5  # every table's statistics measured (rank 0 planned)
     for r in results:
         assert r.max_pooled_error < 1e-5 and r.max_weight_error < 1e-5, r
+
+
+def test_compare_bounds_torchrecs_planner_and_still_prints_shardopts_side(runner, tmp_path, monkeypatch):
+    """TorchRec's planner runs in a child process; one stopped at the hard bound leaves its side
+    empty with the reason, shardopt's side printed and replayed alone; progress goes to stderr."""
+    import shardopt.torchrec.bounded as bounded
+
+    out = tmp_path / "m.yaml"
+    assert run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "2", "--device",
+                   "cpu", "--batch-size", "64", "--hbm-cap", "1GB", "-o", out).exit_code == 0
+    monkeypatch.setattr(bounded, "hard_limit", lambda timeout_s: 0.3)  # before the child has even imported torch
+    result = run_cli(runner, "compare", out, "--time-limit", "1", "--torchrec-timeout", "1", "--replay", "--rounds", "1")
+    assert result.exit_code == 0, result.stderr
+    assert "TorchRec's planner did not finish in 0 s (its search was given 1 s; --torchrec-timeout)" in result.stdout
+    shardopt_row = next(line.split() for line in result.stdout.splitlines() if line.startswith("shardopt "))
+    assert len(shardopt_row) == 6 and float(shardopt_row[4]) > 0  # predicted and replayed
+    assert "no ratio, TorchRec's planner gave no plan in time" in result.stdout
+    assert "shardopt: planned in" in result.stderr and "TorchRec's planner: stopped after" in result.stderr
+
+
+def test_a_torchrec_search_cut_at_its_timeout_keeps_its_best_plan_and_says_so(monkeypatch):
+    """A search stopped by TorchRec's own timeout_seconds returns its best proposal: planned, with
+    a note (h100-16's 300 tables take TorchRec minutes; given 1 s it stops); a finished one has none."""
+    import shardopt.torchrec.bounded as bounded
+    from shardopt.core.workload import read_workload
+
+    wl, sha = read_workload("configs/h100-16.yaml")
+    lines = []
+    monkeypatch.setattr(bounded, "TICK_S", 0.5)
+    cut = bounded.bounded_torchrec_plan(wl, sha, 1, lines.append)
+    assert cut.plan is not None and "did not finish its search in 1 s" in cut.note and lines
+    assert {t.name for t in cut.plan.tables} == {t.name for t in wl.tables}
+    small, sha = read_workload("configs/dlrm-medium.yaml")
+    done = bounded.bounded_torchrec_plan(small, sha, 600)
+    assert done.plan is not None and done.note == ""
