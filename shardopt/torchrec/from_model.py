@@ -99,17 +99,7 @@ def workload_from_module(
     for path, ebc, _ in found:
         for config in _configs(ebc):
             seen.setdefault(config.name, []).append(path)
-    # A constraint on a table no sharder shards is ignored, as TorchRec does; one on a name the
-    # model lacks is a typo that would silently drop the user's constraint.
-    unknown = sorted(set(constraints) - in_model)
-    if unknown:
-        import difflib
-
-        hint = difflib.get_close_matches(str(unknown[0]), sorted(in_model), n=1)
-        raise ShardoptError(
-            f"constraints[{unknown[0]!r}]: the model has no table of that name"
-            + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(in_model)[:8])})")
-        )
+    _refuse_unknown_constraints(constraints, in_model)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ShardoptError(f"batch_size: must be a positive integer, got {batch_size!r}")
     topo = _topology(topology, hardware)
@@ -139,6 +129,20 @@ def workload_from_module(
         origin = origins[table["name"]]
         labels.append(f"TorchRec table {origin.table!r} (module {origin.module_path or '(root)'})")
     return workload_from_torchrec(data, labels), origins
+
+
+def _refuse_unknown_constraints(constraints: dict, in_model: set) -> None:
+    """A constraint on a table no sharder shards is ignored, as TorchRec does; one on a name the
+    model lacks is a typo that would silently drop the user's constraint."""
+    unknown = sorted(set(constraints) - in_model)
+    if unknown:
+        import difflib
+
+        hint = difflib.get_close_matches(str(unknown[0]), sorted(in_model), n=1)
+        raise ShardoptError(
+            f"constraints[{unknown[0]!r}]: the model has no table of that name"
+            + (f"; did you mean {hint[0]!r}?" if hint else f" (tables: {', '.join(sorted(in_model)[:8])})")
+        )
 
 
 def workload_from_torchrec(data: dict, table_labels: list[str]) -> Workload:
