@@ -31,10 +31,10 @@ from shardopt.torchrec.sharding_plan import to_sharding_plan
 
 logger = logging.getLogger(__name__)
 # EmbeddingShardingPlanner's parts that shardopt's candidates and search replace.
-REPLACED = {"enumerator": "shardopt enumerates its own candidates", "proposer": "CP-SAT searches instead",
+REPLACED = {"enumerator": "shardopt enumerates its own candidates (a plan_loader's context is hashed with it)",
+            "proposer": "CP-SAT searches instead",
             "partitioner": "CP-SAT places shards", "performance_model": "shardopt's cost model scores plans",
-            "stats": "shardopt logs its own stats table", "callbacks": "there are no sharding options to edit",
-            "plan_loader": "pass plan_file= with a shardopt plan file instead"}
+            "stats": "shardopt logs its own stats table", "callbacks": "there are no sharding options to edit"}
 HEURISTIC_RESERVATION = 0.15  # TorchRec's default share of each device kept for everything else
 
 
@@ -77,8 +77,7 @@ class ShardoptPlanner(ShardingPlanner):
         if unknown:
             raise TypeError(f"ShardoptPlanner got unexpected keyword arguments {', '.join(sorted(unknown))}")
         given = {"enumerator": enumerator, "proposer": proposer, "partitioner": partitioner,
-                 "performance_model": performance_model, "stats": stats, "callbacks": callbacks,
-                 "plan_loader": plan_loader}
+                 "performance_model": performance_model, "stats": stats, "callbacks": callbacks}
         for name in sorted(k for k, v in given.items() if v is not None):
             logger.warning("ShardoptPlanner ignores %s: %s", name, REPLACED[name])
         if time_limit_s is None:
@@ -100,6 +99,15 @@ class ShardoptPlanner(ShardingPlanner):
         self.batch_size = batch_size
         self.constraints = constraints
         self.storage_reservation = storage_reservation
+        # TorchRec's stored plans: loaded as EmbeddingShardingPlanner loads them (plan_loading.py).
+        if plan_loader is not None and plan_file is not None:
+            raise ShardoptError("ShardoptPlanner: plan_loader and plan_file both give a stored plan; pass one")
+        if plan_loader is not None and sharding_group_size is not None:
+            raise ShardoptError("ShardoptPlanner: plan_loader: a stored TorchRec plan is one 1D plan; it cannot be"
+                                " loaded with sharding_group_size (2D)")
+        self.plan_loader, self.enumerator = plan_loader, enumerator
+        self._reservation = None  # the StorageReservation of the last plan (its last_reserved_topology)
+        self._context = None  # (module, sharders, topology, batch size) of the last plan, for the context hash
         self.debug = debug
         self.plan_file = plan_file
         self.access = access  # the skew assumed for tables (TorchRec models carry no statistics)
@@ -134,8 +142,9 @@ class ShardoptPlanner(ShardingPlanner):
         """The topology less TorchRec's storage reservation (dense parameters, activations, KJTs)."""
         from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
 
-        reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=HEURISTIC_RESERVATION)
-        return reservation.reserve(topology, batch_size, module, sharders, self.constraints)
+        if self._reservation is None:
+            self._reservation = self.storage_reservation or HeuristicalStorageReservation(percentage=HEURISTIC_RESERVATION)
+        return self._reservation.reserve(topology, batch_size, module, sharders, self.constraints)
 
     def plan(self, module, sharders=None) -> ShardingPlan:
         """Plan on this process alone. ``sharders`` default to TorchRec's; none give an empty plan."""
@@ -148,6 +157,7 @@ class ShardoptPlanner(ShardingPlanner):
         topology = self._topology()
         batch_size = self.batch_size or BATCH_SIZE
         reserved = self._reserve(topology, batch_size, module, sharders)
+        self._context = (module, sharders, topology, batch_size)
         try:
             workload, origins = workload_from_module(module, reserved, batch_size, self.constraints, sharders,
                                                      access=self.access, hardware=self.hardware,
@@ -189,11 +199,43 @@ class ShardoptPlanner(ShardingPlanner):
         model, warnings = resolve_model(self.config, workload)
         for warning in warnings:
             logger.warning(warning)
+        if self.plan_loader is not None:
+            from shardopt.torchrec.plan_loading import load_stored_plan, scored
+
+            loaded = load_stored_plan(self.plan_loader, module=module, sharders=sharders, topology=topology,
+                                      batch_size=self._context[3], enumerator=self._enumerator(),
+                                      reservation=self._reservation, constraints=self.constraints,
+                                      workload=workload, origins=origins,
+                                      score=lambda plan: scored(plan, workload, model))
+            if loaded is not None:
+                return loaded
         try:
             return plan_with(workload, self.config, cost_model=model, source="TorchRec model")
         except ShardoptError as exc:
             restricted = {o.table: o.restricted for o in origins.values()}
             raise self._error(exc, module, sharders, topology, reserved, restricted) from None
+
+    def _enumerator(self):
+        """The user's enumerator, or the one EmbeddingShardingPlanner would build (kept for the hash)."""
+        if self.enumerator is None:
+            from shardopt.torchrec.plan_loading import default_enumerator
+
+            _, _, topology, batch_size = self._context
+            self.enumerator = default_enumerator(topology, batch_size, self.constraints)
+        return self.enumerator
+
+    def hash_planner_context_inputs_str(self) -> str:
+        """TorchRec's planner context hash of the last ``plan()``: what a PlanLoader stores beside a
+        plan (``plan_context_hash``), equal to EmbeddingShardingPlanner's for the same inputs."""
+        from shardopt.torchrec.plan_loading import context_hash
+
+        if self._context is None:
+            raise ValueError("ShardoptPlanner: hash_planner_context_inputs_str needs a plan() first")
+        module, sharders, topology, batch_size = self._context
+        enumerator = self._enumerator()
+        if getattr(enumerator, "last_stored_search_space", None) is None:
+            enumerator.enumerate(module=module, sharders=sharders)
+        return context_hash(topology, batch_size, enumerator, self._reservation, self.constraints)
 
     def _error(self, exc: ShardoptError, module, sharders, topology, reserved, restricted) -> Exception:
         from shardopt.torchrec.planner_errors import planner_error, storage_need

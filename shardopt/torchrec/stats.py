@@ -35,9 +35,10 @@ def stats_text(workload: Workload, plan: Plan, reserved_per_rank: int) -> str:
             f" {r.fwd_compute_ms:>9.3f} {r.fwd_comm_ms:>9.3f} {r.bwd_compute_ms:>9.3f} {r.bwd_comm_ms:>9.3f}"
             f" {r.total_ms:>9.3f}")
     imbalance = b.bottleneck_ms / b.mean_ms if b.mean_ms else 1.0
+    bound = (f"lower bound {plan.predicted.lower_bound_ms:.3f} ms" if plan.predicted.lower_bound_ms > 0
+             else "no lower bound (no search ran)")
     lines.append(f"critical path (each phase's slowest rank, summed): {b.step_ms:.3f} ms; bottleneck rank"
-                 f" {b.bottleneck_ms:.3f} ms; imbalance (max / mean) {imbalance:.3f}; lower bound"
-                 f" {plan.predicted.lower_bound_ms:.3f} ms")
+                 f" {b.bottleneck_ms:.3f} ms; imbalance (max / mean) {imbalance:.3f}; {bound}")
     kinds = Counter(f"{tp.sharding_type}/{tp.compute_kernel}" for tp in plan.tables)
     lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     lines.append("heaviest tables: " + ", ".join(_heaviest(workload, plan)))
