@@ -100,11 +100,7 @@ class ShardoptPlanner(ShardingPlanner):
         self.constraints = constraints
         self.storage_reservation = storage_reservation
         # TorchRec's stored plans: loaded as EmbeddingShardingPlanner loads them (plan_loading.py).
-        if plan_loader is not None and plan_file is not None:
-            raise ShardoptError("ShardoptPlanner: plan_loader and plan_file both give a stored plan; pass one")
-        if plan_loader is not None and sharding_group_size is not None:
-            raise ShardoptError("ShardoptPlanner: plan_loader: a stored TorchRec plan is one 1D plan; it cannot be"
-                                " loaded with sharding_group_size (2D)")
+        _check_loader(plan_loader, plan_file, sharding_group_size)
         self.plan_loader, self.enumerator = plan_loader, enumerator
         self._reservation = None  # the StorageReservation of the last plan (its last_reserved_topology)
         self._context = None  # (module, sharders, topology, batch size) of the last plan, for the context hash
@@ -302,6 +298,14 @@ def _in_groups(workload: Workload, parallelism) -> Workload:
         if path.startswith("parallelism"):
             raise ShardoptError(f"ShardoptPlanner sharding_group_size: {reason}")
     return grouped
+
+
+def _check_loader(plan_loader, plan_file, sharding_group_size) -> None:
+    if plan_loader is not None and plan_file is not None:
+        raise ShardoptError("ShardoptPlanner: plan_loader and plan_file both give a stored plan; pass one")
+    if plan_loader is not None and sharding_group_size is not None:
+        raise ShardoptError("ShardoptPlanner: plan_loader: a stored TorchRec plan is one 1D plan; it cannot be"
+                            " loaded with sharding_group_size (2D)")
 
 
 def _refuse_dense_model_parallel(origins) -> None:
