@@ -102,8 +102,8 @@ class ShardoptPlanner(ShardingPlanner):
         # TorchRec's stored plans: loaded as EmbeddingShardingPlanner loads them (plan_loading.py).
         _check_loader(plan_loader, plan_file, sharding_group_size)
         self.plan_loader, self.enumerator = plan_loader, enumerator
-        self._reservation = None  # the StorageReservation of the last plan (its last_reserved_topology)
-        self._context = None  # (module, sharders, topology, batch size) of the last plan, for the context hash
+        # The last plan's StorageReservation and (module, sharders, topology, batch size): the context hash's.
+        self._reservation, self._context = None, None
         self.debug = debug
         self.plan_file = plan_file
         self.access = access  # the skew assumed for tables (TorchRec models carry no statistics)
