@@ -95,8 +95,7 @@ class ShardoptPlanner(ShardingPlanner):
             raise ShardoptError(f"ShardoptPlanner stats_batches: must be a positive integer, got {stats_batches!r}")
         self.batches, self.stats_batches = batches, stats_batches
         self.measured: Optional[dict] = None
-        self.topology = topology
-        self.batch_size = batch_size
+        self.topology, self.batch_size = topology, batch_size
         self.constraints = constraints
         self.storage_reservation = storage_reservation
         # TorchRec's stored plans: loaded as EmbeddingShardingPlanner loads them (plan_loading.py).
