@@ -4,14 +4,18 @@ Each move is a rectangle of a table (rows, columns) sent from a rank of the old 
 the new one, with its bytes (weights and optimizer state). What a new rank keeps is what its old
 rank (``ranks``: new -> old) held of its new pieces; rows that did not exist are initialised and
 move nothing. The check rebuilds every new piece from what its rank kept plus what arrived: each
-byte that existed must come from exactly one place, a rank that held it.
+byte that existed must come from exactly one place, a rank that held it. After a failure
+(``lost_ranks``) nothing is sent from a lost rank: what only lost ranks held is ``restored``, read
+from the last checkpoint (which holds every byte the old plan held), and counts as bytes moved.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from shardopt.arithmetic.movement import OldLayout, Rect, arrivals, existing, minus, overlap, rect_bytes, rects_of
+from shardopt.arithmetic.movement import (
+    CHECKPOINT, OldLayout, Rect, arrivals, existing, minus, overlap, rect_bytes, rects_of,
+)
 from shardopt.core.plan import Plan, TablePlan
 from shardopt.core.workload import Workload
 
@@ -26,7 +30,7 @@ def _move(workload: Workload, table, rect: Rect, src: int, dest: int) -> dict:
 
 def migration(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan], old_of: Mapping[int, int]) -> dict:
     """The moves that turn the old plan into ``tables`` (ranks of the new world)."""
-    moves, initialised = [], []
+    moves, restored, initialised = [], [], []
     for tp in tables:
         table = workload.table(tp.name)
         for rank, rect in rects_of(tp):
@@ -35,10 +39,18 @@ def migration(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan]
                 initialised.append({"table": tp.name, "rows": [fresh[0], fresh[0] + fresh[2]],
                                     "cols": [fresh[1], fresh[1] + fresh[3]], "rank": rank})
             for src, piece in arrivals(layout, table, rect, old_of.get(rank)):
-                moves.append(_move(workload, table, piece, src, rank))
-    return {"format": MOVES_FORMAT, "version": MOVES_VERSION,
-            "ranks": {str(new): old for new, old in sorted(old_of.items())},
-            "moved_bytes": sum(m["bytes"] for m in moves), "moves": moves, "initialised": initialised}
+                move = _move(workload, table, piece, src, rank)
+                if src == CHECKPOINT:
+                    del move["from_rank"]
+                    restored.append(move)
+                else:
+                    moves.append(move)
+    out = {"format": MOVES_FORMAT, "version": MOVES_VERSION,
+           "ranks": {str(new): old for new, old in sorted(old_of.items())},
+           "moved_bytes": sum(m["bytes"] for m in moves + restored), "moves": moves, "initialised": initialised}
+    if layout.lost:  # moved_bytes counts both: what peers send and what the checkpoint supplies
+        out.update(lost_ranks=sorted(layout.lost), restored=restored, restored_bytes=sum(m["bytes"] for m in restored))
+    return out
 
 
 def _rect(move: dict) -> Rect:
@@ -52,13 +64,18 @@ def _area(rect: Rect) -> int:
 
 def check_moves(workload: Workload, old: Plan, new: Plan, manifest: dict) -> list[str]:
     """What is wrong with ``manifest`` as the way from ``old`` to ``new``; empty when it is exact."""
-    layout = OldLayout.of(old)
     problems = []
     try:
         old_of = {int(k): int(v) for k, v in manifest["ranks"].items()}
         moves = list(manifest["moves"])
+        lost = frozenset(int(r) for r in manifest.get("lost_ranks", []))
+        restored = list(manifest.get("restored", []))
     except (KeyError, TypeError, ValueError, AttributeError):
-        return ["ranks / moves: missing or malformed"]
+        return ["ranks / moves / lost_ranks / restored: missing or malformed"]
+    layout = OldLayout.of(old, lost)
+    problems += [f"ranks: new rank {n} is old rank {o}, which was lost" for n, o in sorted(old_of.items()) if o in lost]
+    if restored and not lost:
+        problems.append("restored: pieces read from the checkpoint, but no rank was lost (lost_ranks)")
     arriving: dict[tuple[str, int], list[Rect]] = {}
     for i, move in enumerate(moves):
         try:
@@ -66,8 +83,21 @@ def check_moves(workload: Workload, old: Plan, new: Plan, manifest: dict) -> lis
         except (KeyError, TypeError, ValueError):
             problems.append(f"moves[{i}]: missing or malformed fields")
             continue
-        if not any(overlap(rect, h) == rect for h in layout.pieces.get(name, {}).get(src, ())):
+        if src in lost:
+            problems.append(f"moves[{i}]: old rank {src} was lost; its pieces come from the checkpoint (restored)")
+        elif not any(overlap(rect, h) == rect for h in layout.pieces.get(name, {}).get(src, ())):
             problems.append(f"moves[{i}]: old rank {src} did not hold rows {move['rows']} cols {move['cols']} of {name!r}")
+        arriving.setdefault((name, dest), []).append(rect)
+    for i, piece in enumerate(restored):
+        try:
+            rect, name, dest = _rect(piece), piece["table"], int(piece["to_rank"])
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"restored[{i}]: missing or malformed fields")
+            continue
+        extent = layout.extent.get(name)
+        if extent is None or overlap(rect, (0, 0, *extent)) != rect:
+            problems.append(f"restored[{i}]: rows {piece['rows']} cols {piece['cols']} of {name!r} are not in the"
+                            " old plan, so not in its checkpoint")
         arriving.setdefault((name, dest), []).append(rect)
     targets: dict[tuple[str, int], list[Rect]] = {}
     for tp in new.tables:

@@ -5,7 +5,10 @@ rank already held (under the relabelling of old ranks to new ones) stay, the res
 existed before arrives from the rank that held it, and rows or tables that did not exist are
 initialised, not moved. Bytes are weights plus optimizer state, as FBGEMM keeps them
 (:mod:`shardopt.core.layout`). A new world may number its ranks freely, so the old rank that
-becomes new rank ``r`` is chosen to keep the most bytes (an assignment problem).
+becomes new rank ``r`` is chosen to keep the most bytes (an assignment problem). After a failure
+the survivors are given instead (``lost``: old ranks that died): they keep their order, no piece
+is sent from a lost rank, and what only lost ranks held is read from the last checkpoint
+(source ``CHECKPOINT``), counted in the bytes moved as peers' sends are.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from shardopt.core.plan import Plan, TablePlan
 from shardopt.core.workload import Table, Workload
 
 Rect = tuple[int, int, int, int]  # row offset, col offset, rows, cols
+CHECKPOINT = -1  # the source of what only lost ranks held: the last checkpoint
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,10 @@ class OldLayout:
     world: int
     pieces: Mapping[str, Mapping[int, tuple[Rect, ...]]]
     extent: Mapping[str, tuple[int, int]]
+    lost: frozenset[int] = frozenset()  # old ranks that died: nothing is sent from them
 
     @classmethod
-    def of(cls, plan: Plan) -> "OldLayout":
+    def of(cls, plan: Plan, lost: Iterable[int] = ()) -> "OldLayout":
         pieces: dict[str, dict[int, list[Rect]]] = {}
         extent = {}
         for tp in plan.tables:
@@ -42,7 +47,8 @@ class OldLayout:
             pieces[tp.name] = by_rank
             extent[tp.name] = (max(s.offsets[0] + s.sizes[0] for s in tp.shards),
                                max(s.offsets[1] + s.sizes[1] for s in tp.shards))
-        return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent)
+        return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent,
+                   frozenset(lost))
 
     def carried(self, table: Table) -> tuple[int, int] | None:
         """The part of ``table`` that existed before: its old rows (a table that grew keeps them);
@@ -113,8 +119,8 @@ def minus(rects: Iterable[Rect], taken: Sequence[Rect]) -> list[Rect]:
 
 def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> list[tuple[int, Rect]]:
     """(old rank, rectangle) of every part of ``rect`` that must arrive on the new rank that was
-    ``old_rank``: what existed, less what that rank held, each part from the lowest rank holding
-    it (replicas are sent once)."""
+    ``old_rank``: what existed, less what that rank held, each part from the lowest live rank
+    holding it (replicas are sent once); parts that only lost ranks held come from CHECKPOINT."""
     part = existing(layout, table, rect)
     if part is None:
         return []
@@ -122,13 +128,15 @@ def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) 
     covered = [o for h in held.get(old_rank, ()) if (o := overlap(part, h))] if old_rank is not None else []
     out = []
     for src in sorted(held):
-        if src == old_rank:
+        if src == old_rank or src in layout.lost:
             continue
         for h in held[src]:
             o = overlap(part, h)
             for piece in minus([o] if o else [], covered):
                 out.append((src, piece))
                 covered.append(piece)
+    if layout.lost:
+        out += [(CHECKPOINT, piece) for piece in minus([part], covered)]
     return out
 
 
@@ -162,6 +170,23 @@ def relabelling(workload: Workload, layout: OldLayout, tables: Sequence[TablePla
     rows = np.array(sorted(keep)) if keep is not None else np.arange(layout.world)
     old, new = linear_sum_assignment(kept[rows], maximize=True)
     return {int(n): int(rows[o]) for o, n in zip(old, new)}
+
+
+def given_survivors(layout: OldLayout, new_world: int) -> dict[int, int]:
+    """new rank -> old rank after a failure: the live old ranks in their order, then new ranks."""
+    alive = [r for r in range(layout.world) if r not in layout.lost]
+    return {new: old for new, old in enumerate(alive[:new_world])}
+
+
+def restored_bytes(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan], old_of: Mapping[int, int]) -> int:
+    """Of :func:`moved_bytes`, what is read from the checkpoint (held only by lost ranks)."""
+    total = 0
+    for tp in tables:
+        table = workload.table(tp.name)
+        for rank, rect in rects_of(tp):
+            total += sum(rect_bytes(workload, table, piece)
+                         for src, piece in arrivals(layout, table, rect, old_of.get(rank)) if src == CHECKPOINT)
+    return total
 
 
 def survivors(workload: Workload, layout: OldLayout) -> list[int]:

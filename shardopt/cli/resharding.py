@@ -27,11 +27,17 @@ from shardopt.core.errors import ShardoptError
               help="New plan to write (JSON); required unless --frontier.")
 @click.option("--moves", type=click.Path(dir_okay=False, path_type=Path),
               help="Migration manifest to write (JSON): each piece's old rank, new rank and bytes.")
+@click.option("--lost-ranks", "lost_ranks", metavar="LIST",
+              help="Old ranks that died, e.g. 6,7: the survivors keep their order as ranks 0, 1, ...;"
+                   " nothing is sent from a lost rank, and what only they held is read from the last"
+                   " checkpoint (counted in --max-move; the manifest's restored pieces).")
 @plan_config_options()
 def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: str | None, frontier: bool,
-           plot: Path | None, output: Path | None, moves: Path | None, config: PlanConfig) -> None:
+           plot: Path | None, output: Path | None, moves: Path | None, lost_ranks: str | None,
+           config: PlanConfig) -> None:
     """Plan WORKLOAD again from OLD_PLAN, moving few bytes: the world may grow or shrink, tables
-    may come, go or grow. Exit 2 for unusable input or a budget below what the change forces."""
+    may come, go or grow, ranks may have been lost. Exit 2 for unusable input or a budget below
+    what the change forces."""
     from shardopt.arithmetic.checks import check_plan, layout_problems
     from shardopt.arithmetic.migration import migration
     from shardopt.arithmetic.movement import OldLayout
@@ -49,6 +55,7 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
         raise ShardoptError("--moves: the manifest goes with a new plan; add --output")
     if output is None and not frontier:
         raise ShardoptError("--output: name the new plan file (or ask for --frontier)")
+    lost = _rank_list(lost_ranks, "--lost-ranks") if lost_ranks is not None else ()
     budget = None
     if max_move is not None:  # 0 is a budget too: move nothing that need not move
         budget = 0 if max_move.strip().upper() in ("0", "0B") else parse_size(check_size_option(max_move, "--max-move"))
@@ -77,7 +84,7 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     model, warnings = resolve_model(config, wl)
     for warning in warnings:
         warn(warning)
-    start = replan_start(old, wl, config, cost_model=model, sha256=sha, source=str(workload))
+    start = replan_start(old, wl, config, cost_model=model, sha256=sha, source=str(workload), lost_ranks=lost)
     if frontier:
         points = move_frontier(old, wl, config, cost_model=model, sha256=sha, source=str(workload), start=start,
                                progress=lambda b: click.echo(f"budget {b} bytes: planned", err=True))
@@ -89,12 +96,21 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
         return
     result = replan_with(old, wl, config, max_move=budget, cost_model=model, sha256=sha, source=str(workload),
                          start=start)
-    manifest = migration(wl, OldLayout.of(old), result.plan.tables, result.old_of) if moves is not None else None
+    manifest = migration(wl, OldLayout.of(old, lost), result.plan.tables, result.old_of) if moves is not None else None
     write_plan(result.plan, output)
     if manifest is not None:
         write_atomic(moves, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     click.echo(replan_line(result))
     click.echo(f"wrote {output}" + (f" and {moves}" if moves is not None else ""))
+
+
+def _rank_list(text: str, option: str) -> tuple[int, ...]:
+    """"6,7" -> (6, 7); anything else one line naming the option."""
+    parts = [p.strip() for p in text.split(",")]
+    bad = next((p for p in parts if not p.isdigit()), None)
+    if bad is not None:
+        raise ShardoptError(f"{option}: {bad!r} is not a rank number (give ranks as 6,7)")
+    return tuple(int(p) for p in parts)
 
 
 @main.command("check-moves")
@@ -116,8 +132,11 @@ def check_moves(workload: Path, old_plan: Path, new_plan: Path, moves: Path) -> 
         raise ShardoptError(f"{moves}: format: not a shardopt moves file")
     problems = check(wl, old, new, manifest)
     if not problems:
+        restored = manifest.get("restored", [])
         click.echo(f"{moves}: turns {old_plan} into {new_plan} exactly"
-                   f" ({len(manifest['moves'])} moves, {manifest.get('moved_bytes', 0)} bytes)")
+                   f" ({len(manifest['moves'])} moves, {manifest.get('moved_bytes', 0)} bytes"
+                   + (f"; {len(restored)} pieces read from the checkpoint for lost ranks"
+                      f" {', '.join(map(str, manifest.get('lost_ranks', [])))}" if restored else "") + ")")
         return
     for problem in problems:
         click.echo(f"{moves}: {problem}")

@@ -14,7 +14,9 @@ def replan_line(r: Replanned) -> str:
     fresh = r.step_ms(r.fresh)
     return (f"replan: step {r.step_ms():.3f} ms ({r.step_ms() / fresh:.3f}x a fresh plan's {fresh:.3f} ms),"
             f" moving {format_bytes(r.moved_bytes)} of the {format_bytes(r.fresh_moved_bytes)} a fresh plan"
-            f" moves (budget {format_bytes(r.budget_bytes)}; the change forces {format_bytes(r.forced_bytes)})")
+            f" moves (budget {format_bytes(r.budget_bytes)}; the change forces {format_bytes(r.forced_bytes)})"
+            + (f"; ranks {', '.join(map(str, r.lost))} lost: {format_bytes(r.restored_bytes)} of it read from the"
+               f" checkpoint, the survivors keep their order as ranks 0-{len(r.old_of) - 1}" if r.lost else ""))
 
 
 def frontier_table(points: Sequence[Replanned]) -> str:

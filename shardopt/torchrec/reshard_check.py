@@ -47,15 +47,17 @@ def workload(world: int):
     })
 
 
-def plans(world_a: int, world_b: int):
-    """(plan A for world_a, plan B replanned from it for world_b), as shardopt plans."""
+def plans(world_a: int, world_b: int, lost: tuple[int, ...] = ()):
+    """(plan A for world_a, plan B replanned from it for world_b, new rank -> old rank), as shardopt
+    plans; ``lost``: ranks of world_a that died (``replan --lost-ranks``)."""
     from shardopt.contracts import PlanConfig
     from shardopt.planner import plan_with
     from shardopt.planner.replan import replan_with
 
     config = PlanConfig(time_limit_s=1.0, candidates="torchrec", cost_model="analytic-v0")
     plan_a = plan_with(workload(world_a), config)
-    return plan_a, replan_with(plan_a, workload(world_b), config).plan
+    replanned = replan_with(plan_a, workload(world_b), config, lost_ranks=lost)
+    return plan_a, replanned.plan, replanned.old_of
 
 
 def build_model(device: str):
@@ -196,16 +198,17 @@ def _spawn(world: int, phase: str, plan, folder: str, worlds) -> list[list[Error
     return spawn_ranks(_worker, world, (phase, plan_to_json(plan), folder, worlds))
 
 
-def run_check(world_a: int, world_b: int) -> dict:
-    """Errors before the checkpoint (world_a), after loading it and after one more step (world_b)."""
-    plan_a, plan_b = plans(world_a, world_b)
+def run_check(world_a: int, world_b: int, lost: tuple[int, ...] = ()) -> dict:
+    """Errors before the checkpoint (world_a), after loading it and after one more step (world_b);
+    with ``lost``, the ranks that died after the checkpoint: world_b loads it without them."""
+    plan_a, plan_b, old_of = plans(world_a, world_b, lost)
     worlds = [world_a] * STEPS_BEFORE + [world_b] * STEPS_AFTER
     with tempfile.TemporaryDirectory(prefix="shardopt-reshard-") as folder:
         before = _spawn(world_a, "before", plan_a, folder, worlds)
         after = _spawn(world_b, "after", plan_b, folder, worlds)
     return {
         "before": [r[0] for r in before], "loaded": [r[0] for r in after], "stepped": [r[1] for r in after],
-        "plan_a": plan_a, "plan_b": plan_b,
+        "plan_a": plan_a, "plan_b": plan_b, "old_of": old_of,
     }
 
 
@@ -213,8 +216,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="world_a", type=int, default=2)
     parser.add_argument("--to", dest="world_b", type=int, default=4)
+    parser.add_argument("--lost", type=lambda text: tuple(int(r) for r in text.split(",")), default=(),
+                        help="ranks of the first world that died after the checkpoint, e.g. 2")
     args = parser.parse_args(argv)
-    result = run_check(args.world_a, args.world_b)
+    result = run_check(args.world_a, args.world_b, args.lost)
     for label in ("plan_a", "plan_b"):
         where = {tp.name: tp.shards[0].rank for tp in result[label].tables}
         print(f"{label}: world {result[label].world_size}, table -> rank {where}")

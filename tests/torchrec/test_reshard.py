@@ -25,6 +25,19 @@ def test_a_checkpoint_reshards_to_a_replanned_world(world_a, world_b):
         assert max(e.momentum for e in errors) < 1e-5, stage
 
 
+def test_a_checkpoint_loads_on_the_survivors_of_a_lost_rank():
+    """World 4 loses rank 2 after its checkpoint: the replan keeps ranks 0, 1, 3 in their order
+    as 0, 1, 2, and the checkpoint loads under it with weights and state equal to the reference."""
+    result = run_check(4, 3, lost=(2,))
+    assert result["old_of"] == {0: 0, 1: 1, 2: 3}
+    on_lost = [tp.name for tp in result["plan_a"].tables if tp.shards[0].rank == 2]
+    assert on_lost  # the lost rank held tables, read back from the checkpoint
+    for stage in ("before", "loaded", "stepped"):
+        errors = result[stage]
+        assert sum(e.tables for e in errors) == len(TABLES), stage
+        assert max(e.weight for e in errors) < 1e-5 and max(e.momentum for e in errors) < 1e-5, stage
+
+
 def test_the_reference_moves_with_every_step():
     """The comparison could not pass by accident: one more step changes weights and state."""
     w3, m3 = reference([2] * STEPS_BEFORE)
