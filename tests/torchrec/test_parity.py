@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from torchrec.distributed.embedding import EmbeddingCollectionSharder  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import EmbeddingShardingPlanner  # noqa: E402
-from torchrec.distributed.planner.types import ParameterConstraints, PlannerError, Topology  # noqa: E402
+from torchrec.distributed.planner.types import ParameterConstraints, PlannerError, PlannerErrorType, Topology  # noqa: E402
 from torchrec.distributed.types import BoundsCheckMode, CacheParams  # noqa: E402
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, EmbeddingConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
@@ -105,13 +105,16 @@ def test_shardopt_plans_wherever_torchrec_does_and_honours_every_constraint(seed
     sharders = [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
     try:
         EmbeddingShardingPlanner(topology=topology, constraints=constraints, debug=False).plan(model, sharders)
-        torchrec_planned = True
-    except (PlannerError, RuntimeError):  # TorchRec raises RuntimeError for constraints it cannot meet
-        torchrec_planned = False
+        torchrec_error = None
+    except PlannerError as exc:
+        torchrec_error = exc.error_type
+    except RuntimeError:  # TorchRec's enumerator, for constraints that leave a table nothing
+        torchrec_error = PlannerErrorType.STRICT_CONSTRAINTS
     planner = ShardoptPlanner(topology=topology, constraints=constraints, time_limit_s=0.5, debug=False)
     try:
         plan = planner.plan(model, sharders)
-    except PlannerError:
-        assert not torchrec_planned, "TorchRec planned this model and shardopt did not"
+    except PlannerError as exc:
+        assert torchrec_error is not None, "TorchRec planned this model and shardopt did not"
+        assert exc.error_type == torchrec_error  # the type callers branch on (issue 36)
         return
     _check(plan, model, topology, constraints, planner)
