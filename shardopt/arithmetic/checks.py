@@ -183,10 +183,14 @@ def _table_violations(workload: Workload, table: Table, tp: TablePlan, where: st
 
 def layout_problems(plan: Plan) -> list[str]:
     """What makes ``plan`` unusable as the old side of a re-shard, read without its workload: a
-    rank outside its world, or pieces of a table that leave holes in its extent or overlap."""
-    problems = []
+    table listed twice, a rank outside its world, or pieces of a table that leave holes in its
+    extent or overlap."""
+    problems, seen = [], {}
     for i, tp in enumerate(plan.tables):
         where = f"tables[{i}] ({tp.name})"
+        if tp.name in seen:
+            problems.append(f"{where}: table {tp.name!r} is listed twice (also tables[{seen[tp.name]}])")
+        seen.setdefault(tp.name, i)
         ranks = [s.rank for s in tp.shards]
         if max(ranks) >= plan.world_size:
             problems.append(f"{where}: rank {max(ranks)} is outside its world of {plan.world_size}")

@@ -35,6 +35,7 @@ class OldLayout:
     pieces: Mapping[str, Mapping[int, tuple[Rect, ...]]]
     extent: Mapping[str, tuple[int, int]]
     lost: frozenset[int] = frozenset()  # old ranks that died: nothing is sent from them
+    digest: str = ""  # the old plan's layout digest (core.manifest.layout_digest), for its manifest
 
     @classmethod
     def of(cls, plan: Plan, lost: Iterable[int] = ()) -> "OldLayout":
@@ -47,8 +48,10 @@ class OldLayout:
             pieces[tp.name] = by_rank
             extent[tp.name] = (max(s.offsets[0] + s.sizes[0] for s in tp.shards),
                                max(s.offsets[1] + s.sizes[1] for s in tp.shards))
+        from shardopt.core.manifest import layout_digest
+
         return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent,
-                   frozenset(lost))
+                   frozenset(lost), layout_digest(plan.world_size, plan.tables))
 
     def carried(self, table: Table) -> tuple[int, int] | None:
         """The part of ``table`` that existed before: its old rows (a table that grew keeps them);

@@ -183,7 +183,10 @@ def _base_model(base: str, device: str):
         return ("packaged model", load_model(path)[0]) if path is not None else None
     if not Path(base).is_file():
         raise ShardoptError(f"--base {base}: no model file there (or: packaged, none)")
-    return (Path(base).name, load_model(base)[0])
+    try:
+        return (Path(base).name, load_model(base)[0])
+    except ShardoptError as exc:  # the model file's own message, said as the option's
+        raise ShardoptError(f"--base {exc}", kind=exc.kind) from None
 
 
 def _held_out(report: dict) -> str:

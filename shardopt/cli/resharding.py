@@ -38,11 +38,10 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     """Plan WORKLOAD again from OLD_PLAN, moving few bytes: the world may grow or shrink, tables
     may come, go or grow, ranks may have been lost. Exit 2 for unusable input or a budget below
     what the change forces."""
-    from shardopt.arithmetic.checks import check_plan, layout_problems
     from shardopt.arithmetic.migration import migration
     from shardopt.arithmetic.movement import OldLayout
     from shardopt.core.files import check_output, write_atomic
-    from shardopt.core.plan import read_plan, write_plan
+    from shardopt.core.plan import write_plan
     from shardopt.core.units import parse_size
     from shardopt.core.workload import read_workload
     from shardopt.planner import resolve_model
@@ -60,22 +59,14 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     if max_move is not None:  # 0 is a budget too: move nothing that need not move
         budget = 0 if max_move.strip().upper() in ("0", "0B") else parse_size(check_size_option(max_move, "--max-move"))
     inputs = [old_plan, workload, old_workload, model_path(config.cost_model)]
-    written = []
+    written: dict[str, Path] = {}
     for path, option, suffixes in ((output, "--output", (".json",)), (moves, "--moves", (".json",)),
                                    (plot, "--plot", (".png", ".svg", ".pdf"))):
         if path is not None:
-            check_output(path, option=option, inputs=inputs + written, suffixes=suffixes)
-            written.append(path)
-    old = read_plan(old_plan)
-    if old_workload is not None:
-        old_wl, old_sha = read_workload(old_workload)
-        report = check_plan(old_wl, old, old_sha)
-        if not report.valid:
-            raise ShardoptError(f"{old_plan}: not a valid plan for {old_workload}: {report.violations[0]}"
-                                f"{f' (and {len(report.violations) - 1} more)' if len(report.violations) > 1 else ''}")
-    elif problems := layout_problems(old):  # no workload to check it against: its own shape
-        raise ShardoptError(f"{old_plan}: {problems[0]}")
+            check_output(path, option=option, inputs=inputs, suffixes=suffixes, others=written)
+            written[option] = path
     wl, sha = read_workload(workload)
+    old = _old_plan(old_plan, old_workload, wl, workload)
     if old.parallelism is not None or wl.parallelism is not None:
         which = f"{old_plan} is one sharding group's plan" if old.parallelism is not None else \
             f"{workload} declares a parallelism block"
@@ -104,6 +95,38 @@ def replan(old_plan: Path, workload: Path, old_workload: Path | None, max_move: 
     click.echo(f"wrote {output}" + (f" and {moves}" if moves is not None else ""))
 
 
+def _old_plan(old_plan: Path, old_workload: Path | None, wl, workload: Path):
+    """OLD_PLAN read and checked on its own (duplicates, ranks, coverage), against --old-workload
+    where given, and as a plan of the model WORKLOAD changed: another workload is refused unless
+    --old-workload says what it was and the change is one replan makes (not another device)."""
+    from shardopt.arithmetic.checks import check_plan, layout_problems
+    from shardopt.core.plan import read_plan
+    from shardopt.core.workload import read_workload
+
+    old = read_plan(old_plan)
+    if problems := layout_problems(old):
+        raise ShardoptError(f"{old_plan}: {problems[0]}")
+    if old_workload is None:
+        if old.workload.name != wl.name:
+            raise ShardoptError(f"{old_plan}: workload.name: the plan is of workload {old.workload.name!r}, not"
+                                f" {wl.name!r} ({workload}); if {wl.name!r} is that model changed, pass the workload"
+                                " the plan was made for with --old-workload")
+        return old
+    old_wl, old_sha = read_workload(old_workload)
+    if old.workload.name != old_wl.name:
+        raise ShardoptError(f"{old_plan}: workload.name: the plan is of workload {old.workload.name!r}, not"
+                            f" {old_wl.name!r} (--old-workload {old_workload})")
+    report = check_plan(old_wl, old, old_sha)
+    if not report.valid:
+        raise ShardoptError(f"{old_plan}: not a valid plan for {old_workload}: {report.violations[0]}"
+                            f"{f' (and {len(report.violations) - 1} more)' if len(report.violations) > 1 else ''}")
+    before, after = old_wl.topology.compute_device, wl.topology.compute_device
+    if before != after:
+        raise ShardoptError(f"{workload}: topology.compute_device: {after}, where --old-workload {old_workload} is"
+                            f" {before}; replan re-shards within one device kind (plan the new one afresh)")
+    return old
+
+
 def _rank_list(text: str, option: str) -> tuple[int, ...]:
     """"6,7" -> (6, 7); anything else one line naming the option."""
     parts = [p.strip() for p in text.split(",")]
@@ -119,24 +142,23 @@ def _rank_list(text: str, option: str) -> tuple[int, ...]:
 @click.argument("new_plan", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("moves", type=click.Path(dir_okay=False, path_type=Path))
 def check_moves(workload: Path, old_plan: Path, new_plan: Path, moves: Path) -> None:
-    """Check that MOVES turns OLD_PLAN into NEW_PLAN (of WORKLOAD) exactly: exit 0 yes, 1 no."""
+    """Check that MOVES turns OLD_PLAN into NEW_PLAN (of WORKLOAD) exactly, every byte count
+    recomputed: exit 0 yes, 1 no, 2 when MOVES is not a moves file."""
     from shardopt.arithmetic.checks import read_checked
-    from shardopt.arithmetic.migration import MOVES_FORMAT, check_moves as check
-    from shardopt.core.loaders import load_json
+    from shardopt.arithmetic.migration import check_moves as check
+    from shardopt.core.manifest import read_manifest
     from shardopt.core.plan import read_plan
 
     wl, _, new = read_checked(workload, new_plan)
     old = read_plan(old_plan)
-    manifest = load_json(moves, "moves file")
-    if not isinstance(manifest, dict) or manifest.get("format") != MOVES_FORMAT:
-        raise ShardoptError(f"{moves}: format: not a shardopt moves file")
+    manifest = read_manifest(moves)
     problems = check(wl, old, new, manifest)
     if not problems:
-        restored = manifest.get("restored", [])
+        restored = manifest.restored
         click.echo(f"{moves}: turns {old_plan} into {new_plan} exactly"
-                   f" ({len(manifest['moves'])} moves, {manifest.get('moved_bytes', 0)} bytes"
+                   f" ({len(manifest.moves)} moves, {manifest.moved_bytes} bytes, each recomputed"
                    + (f"; {len(restored)} pieces read from the checkpoint for lost ranks"
-                      f" {', '.join(map(str, manifest.get('lost_ranks', [])))}" if restored else "") + ")")
+                      f" {', '.join(map(str, manifest.lost_ranks))}" if restored else "") + ")")
         return
     for problem in problems:
         click.echo(f"{moves}: {problem}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from shardopt.cli.app import main
+from shardopt.cli.app import Interrupted, main
 from shardopt.cli.options import FiniteFloat, model_path, plan_config_options
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ShardoptError
@@ -28,9 +28,11 @@ def _sizes(value: str | None, option: str) -> list[int] | None:
         part = part.strip()
         try:
             number = parse_size(part) if option == "--hbm-caps" else int(part)
-        except ValueError:
-            raise ShardoptError(f"{option}: {part!r} is not a {'size' if option == '--hbm-caps' else 'whole number'}"
-                                f" (give a comma-separated list, e.g. {'40GB,80GB' if option == '--hbm-caps' else '8,16,32'})") from None
+        except ValueError as exc:
+            if option == "--hbm-caps":  # parse_size says why: not a size, not positive, too large
+                raise ShardoptError(f"{option}: {part!r}: {exc} (give a comma-separated list, e.g. 40GB,80GB)") from None
+            raise ShardoptError(f"{option}: {part!r} is not a whole number (give a comma-separated list, e.g."
+                                " 8,16,32)") from None
         if number <= 0 or (option == "--world-sizes" and number > MAX_WORLD):
             raise ShardoptError(f"{option}: {part} is out of range (1 to {MAX_WORLD if option == '--world-sizes' else 'any size'})")
         if number not in out:
@@ -58,6 +60,33 @@ def _groups(value: str | None, workload, worlds: list[int]) -> list[int | None]:
             if reason is not None:
                 raise ShardoptError(f"--group-sizes: {size} at {world} ranks: {reason}")
     return sorted(sizes)
+
+
+def _of_this_sweep(path: Path, key: str) -> bool:
+    import json
+
+    try:
+        return json.loads(path.read_text()).get("key") == key
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _kept(output: Path, created: bool, total: int, key: str) -> str:
+    """What an interrupted sweep leaves: its finished points (to resume from), or nothing at all
+    (the folders it made, removed)."""
+    from shardopt.planner.sweep import POINTS_DIR
+
+    folder = output / POINTS_DIR
+    kept = [p for p in sorted(folder.glob("w*.json")) if _of_this_sweep(p, key)] if folder.is_dir() else []
+    if kept:
+        return (f"kept {len(kept)} finished points of {total} in {folder}; run the same command again to resume"
+                " (sweep.md, sweep.json and sweep.png were not written)")
+    for path in (folder, output) if created else (folder,):
+        try:
+            path.rmdir()  # only if empty: nothing of this run's, nothing of the user's
+        except OSError:
+            pass
+    return "no point had finished; nothing was written"
 
 
 @main.command()
@@ -96,15 +125,18 @@ def sweep(workload: Path, world_sizes: str | None, group_sizes: str | None, hbm_
     wl, sha = read_workload(workload)
     worlds = sorted(_sizes(world_sizes, "--world-sizes")) if world_sizes else [wl.topology.world_size]
     groups = _groups(group_sizes, wl, worlds)
+    created = not output.exists()
     output.mkdir(exist_ok=True)
     for name in OUTPUTS:
         check_output(output / name, option="--output", inputs=inputs)
     key = hashlib.sha256(f"{sha}\n{config.to_json()}".encode()).hexdigest()
     total = len(worlds) * len(caps) * len(groups)
-    with tqdm(total=total, desc="sweep", unit="point", file=sys.stderr,
-              disable=None) as bar:
-        points = run_sweep(wl, worlds, caps, config, output, jobs or os.cpu_count() or 1,
-                           progress=lambda p: bar.update(1), key=key, groups=groups)
+    try:
+        with tqdm(total=total, desc="sweep", unit="point", file=sys.stderr, disable=None) as bar:
+            points = run_sweep(wl, worlds, caps, config, output, jobs or os.cpu_count() or 1,
+                               progress=lambda p: bar.update(1), key=key, groups=groups)
+    except KeyboardInterrupt:
+        raise Interrupted(_kept(output, created, total, key)) from None
     table = sweep_table(points, target_step)
     settings = {"workload": str(workload), "sha256": sha, "config": config.to_json(),
                 "world_sizes": worlds, "hbm_caps": [c for c in caps if c is not None]}

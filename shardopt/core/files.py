@@ -16,7 +16,7 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from shardopt.core.errors import ShardoptError
 
@@ -82,16 +82,21 @@ def check_output(
     inputs: Iterable[str | Path | None] = (),
     suffixes: Sequence[str] = (),
     parent_may_be_created: bool = False,
+    others: Mapping[str, str | Path] = {},
 ) -> Path:
     """Check that ``path`` can be written as an output; return it. ShardoptError otherwise.
 
     ``inputs`` are the command's input files and folders: the output may be none of them and may
     not lie inside an input folder. ``suffixes`` are the accepted extensions (the format is read
     from it). ``parent_may_be_created``: the folder is made at write time (``plans/``), so only
-    its own parent must exist.
+    its own parent must exist. ``others``: the command's other outputs by option; the same file
+    named twice is refused as that, not as an input.
     """
     path = Path(path)
     where = f"{option} {path}"
+    for other_option, other in others.items():
+        if _resolved(Path(other)) == _resolved(path):
+            raise ShardoptError(f"{where}: is also the {other_option} output; give each output its own file")
     if not path.name or path.name in (".", ".."):
         raise ShardoptError(f"{where}: names a folder, not a file")
     if suffixes and path.suffix.lower() not in suffixes:

@@ -172,10 +172,20 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object whose keys are unique: a key given twice would silently keep the last."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def parse_json(text: str, source: str) -> Any:
     """Parsed JSON text with the limits above; ``source`` names it in errors."""
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ShardoptError(f"{source}: malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:

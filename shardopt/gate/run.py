@@ -85,9 +85,29 @@ def _against_baseline(workloads, baseline: Path, tolerance: float, config: PlanC
         models = sorted({s.cost_model for s in states.values()})
         lines.append(f"wrote the baseline {baseline} ({len(states)} workloads, cost models {', '.join(models)})")
     else:
-        for m in measured:
-            findings += compare(m.name, base["workloads"].get(m.name), m.state, tolerance)
+        findings += _against(base, baseline, measured, tolerance)
     return measured, findings, lines
+
+
+def _against(base: dict, baseline: Path, measured: list[Measured], tolerance: float) -> list[Finding]:
+    """Each workload against its recorded state; a baseline of another shardopt version fails
+    (its predictions need not compare), one whose ranks lie outside the workload is refused."""
+    from shardopt import __version__
+    from shardopt.gate.state import baseline_rank_problem
+
+    findings = []
+    for m in measured:
+        state = base["workloads"].get(m.name)
+        if state is not None and (problem := baseline_rank_problem(baseline, m.name, state,
+                                                                    m.workload.topology.world_size)):
+            raise ShardoptError(problem)
+        if state is not None and base["shardopt"] != __version__:
+            findings.append(Finding(m.name, "version", False, f"the baseline was written by shardopt"
+                                    f" {base['shardopt']}, this is {__version__}: its predictions need not compare;"
+                                    " re-baseline with --update"))
+            continue
+        findings += compare(m.name, state, m.state, tolerance)
+    return findings
 
 
 def pinned(config: PlanConfig, base: Optional[dict], path: Path) -> PlanConfig:

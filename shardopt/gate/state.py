@@ -10,13 +10,17 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from pydantic import Field, Strict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from shardopt.contracts import Breakdown, ShardSpec
 from shardopt.core.errors import ShardoptError
 from shardopt.core.files import write_atomic
 from shardopt.core.plan import Plan
-from shardopt.core.workload import Workload
+from shardopt.core.validation import STRICT
+from shardopt.core.workload import MAX_WORLD, ShardingType, Workload
 from shardopt.costmodel.base import CostModel
 
 GATE_FORMAT = "shardopt-gate"
@@ -91,22 +95,66 @@ def write_baseline(path: Path, states: dict[str, PlanState], tolerance: float) -
     write_atomic(path, baseline_text(states, tolerance))
 
 
+# The baseline file as read: every field required, strict and bounded (a hand-edited "abc" or -1
+# is one line naming the field, exit 2, never a comparison against nonsense).
+_Ms = Annotated[float, Strict(), Field(ge=0, le=1e12, allow_inf_nan=False)]
+_Rank = Annotated[int, Strict(), Field(ge=0, lt=MAX_WORLD)]
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
+class _TableEntry:
+    sharding_type: ShardingType
+    ranks: Annotated[list[_Rank], Field(min_length=1)]
+    cost_ms: _Ms
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
+class _WorkloadEntry:
+    workload_sha256: Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{64}$")]
+    valid: Annotated[bool, Strict()]
+    step_ms: _Ms
+    bottleneck_ms: _Ms
+    headroom: Annotated[float, Strict(), Field(ge=-1e6, le=1, allow_inf_nan=False)]
+    tables: dict[Annotated[str, Strict(), Field(min_length=1)], _TableEntry]
+    cost_model: Annotated[str, Strict(), Field(min_length=1)]
+    robust: Annotated[bool, Strict()]
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
+class _BaselineFile:
+    format: Literal["shardopt-gate"]
+    version: Literal[1]
+    shardopt: Annotated[str, Strict(), Field(min_length=1, max_length=64)]
+    tolerance: Annotated[float, Strict(), Field(ge=0, le=10, allow_inf_nan=False)]
+    workloads: dict[Annotated[str, Strict(), Field(min_length=1)], _WorkloadEntry]
+
+
 def read_baseline(path: Path) -> Optional[dict]:
-    """The baseline, checked; ShardoptError naming the file and field when it is not one."""
+    """The baseline, checked against its schema; ShardoptError naming the file and field when it
+    is not one. Returns the file's fields, with ``workloads`` as name -> PlanState."""
     from shardopt.core.loaders import load_json
+    from shardopt.core.validation import validate_as
 
     data = load_json(path, "baseline")
     if not isinstance(data, dict) or data.get("format") != GATE_FORMAT:
         raise ShardoptError(f"{path}: format: must be {GATE_FORMAT!r} (write one with shardopt gate --update)")
-    if data.get("version") != GATE_VERSION:
-        raise ShardoptError(f"{path}: version: this shardopt reads gate baselines of version {GATE_VERSION}")
-    workloads = data.get("workloads")
-    if not isinstance(workloads, dict):
-        raise ShardoptError(f"{path}: workloads: must be a mapping of workload name to its recorded plan")
-    for name, entry in workloads.items():
-        try:
-            tables = {t: TableState(**v) for t, v in entry.pop("tables", {}).items()}
-            workloads[name] = PlanState(**entry, tables=tables)
-        except (TypeError, AttributeError) as exc:
-            raise ShardoptError(f"{path}: workloads.{name}: {' '.join(str(exc).split())}") from None
-    return data
+    if data.get("version") != GATE_VERSION or isinstance(data.get("version"), bool):
+        raise ShardoptError(f"{path}: version: this shardopt reads gate baselines of version {GATE_VERSION},"
+                            f" got {data.get('version')!r}")
+    checked = validate_as(_BaselineFile, data, str(path))
+    workloads = {}
+    for name, e in checked.workloads.items():
+        tables = {t: TableState(v.sharding_type, list(v.ranks), v.cost_ms) for t, v in e.tables.items()}
+        workloads[name] = PlanState(e.workload_sha256, e.valid, e.step_ms, e.bottleneck_ms, e.headroom, tables,
+                                    e.cost_model, e.robust)
+    return {"format": checked.format, "version": checked.version, "shardopt": checked.shardopt,
+            "tolerance": checked.tolerance, "workloads": workloads}
+
+
+def baseline_rank_problem(path: Path, name: str, state: PlanState, world: int) -> Optional[str]:
+    """A recorded rank outside the workload's world: the baseline is not of this workload."""
+    for table, t in sorted(state.tables.items()):
+        bad = [r for r in t.ranks if r >= world]
+        if bad:
+            return f"{path}: workloads.{name}.tables.{table}.ranks: rank {bad[0]} is outside {name}'s world of {world}"
+    return None

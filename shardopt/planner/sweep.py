@@ -13,11 +13,15 @@ import json
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Annotated, Callable, Literal, Optional, Sequence
+
+from pydantic import Field, Strict
+from pydantic.dataclasses import dataclass as checked
 
 from shardopt.contracts import Breakdown, PlanConfig
 from shardopt.core.errors import ErrorKind, ShardoptError
-from shardopt.core.workload import Workload, workload_from_dict, workload_to_dict
+from shardopt.core.validation import STRICT
+from shardopt.core.workload import MAX_WORLD, Workload, workload_from_dict, workload_to_dict
 
 POINTS_DIR = "points"  # finished points, one JSON each: what a resumed sweep skips
 
@@ -96,7 +100,7 @@ def sweep(workload: Workload, worlds: Sequence[int], caps: Sequence[Optional[int
     todo = []
     grid = [(w, c, g) for w in worlds for c in caps for g in groups]
     for point_key in grid:
-        old = _read_point(kept / _point_name(*point_key), key)
+        old = _read_point(kept / _point_name(*point_key), key, point_key)
         if old is not None:
             done[point_key] = old
             if progress:
@@ -143,23 +147,71 @@ def _point_name(world: int, cap: Optional[int], group: Optional[int] = None) -> 
     return f"w{world}-cap{cap if cap is not None else 'default'}" + (f"-g{group}" if group is not None else "") + ".json"
 
 
-def _read_point(path: Path, key: str) -> Optional[SweepPoint]:
-    try:
-        data = json.loads(path.read_text())
-        if data.get("key") != key:
-            return None
-        point = data["point"]
-        if point.get("phases_ms") is not None:
-            point["phases_ms"] = tuple(point["phases_ms"])
-        return SweepPoint(**point)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None  # absent, half-written or from another sweep: planned again
+POINT_FORMAT, POINT_VERSION = "shardopt-sweep-point", 1
+Ms = Optional[Annotated[float, Strict(), Field(ge=0, le=1e12, allow_inf_nan=False)]]
+
+
+@checked(frozen=True, config=STRICT)
+class _Point:
+    """A finished point as its file holds it: strict and bounded."""
+
+    world_size: Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]
+    hbm_cap: Annotated[int, Strict(), Field(gt=0, le=2**62)]
+    feasible: Annotated[bool, Strict()]
+    reason: Optional[Annotated[str, Strict(), Field(max_length=4096)]] = None
+    step_ms: Ms = None
+    phases_ms: Optional[tuple[Annotated[float, Strict(), Field(ge=0, le=1e12, allow_inf_nan=False)], ...]] = None
+    bottleneck_ms: Ms = None
+    headroom: Optional[Annotated[float, Strict(), Field(ge=-1e6, le=1, allow_inf_nan=False)]] = None
+    efficiency: Optional[Annotated[float, Strict(), Field(ge=0, le=1e6, allow_inf_nan=False)]] = None
+    group_size: Optional[Annotated[int, Strict(), Field(gt=0, le=MAX_WORLD)]] = None
+    sync_ms: Ms = None
+
+    def __post_init__(self) -> None:
+        if self.phases_ms is not None and len(self.phases_ms) != 4:
+            raise ValueError("phases_ms: the four phases' slowest ranks (fwd comp, fwd comm, bwd comp, bwd comm)")
+
+
+@checked(frozen=True, config=STRICT)
+class _PointFile:
+    format: Literal["shardopt-sweep-point"]
+    version: Literal[1]
+    key: Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{0,64}$")]
+    point: _Point
+
+
+def _read_point(path: Path, key: str, expected: tuple[int, Optional[int], Optional[int]]) -> Optional[SweepPoint]:
+    """A finished point of this sweep (``key``: the workload's hash and the config), or None where
+    none is kept or the file is another sweep's (planned again). A file of this sweep that is not
+    a point (edited, from another shardopt) is refused naming the file and field: its figures would
+    enter the table unchecked."""
+    from shardopt.core.loaders import load_json
+    from shardopt.core.validation import validate_as
+
+    if not path.is_file():
+        return None
+    data = load_json(path, "sweep point")
+    if isinstance(data, dict) and data.get("key") != key and isinstance(data.get("key"), str):
+        return None  # another sweep's point (another workload or config): planned again
+    hint = f" (delete {path} to plan the point again)"
+    if not isinstance(data, dict) or data.get("format") != POINT_FORMAT:
+        raise ShardoptError(f"{path}: format: not a shardopt sweep point{hint}")
+    if data.get("version") != POINT_VERSION or isinstance(data.get("version"), bool):
+        raise ShardoptError(f"{path}: version: this shardopt reads sweep points of version {POINT_VERSION},"
+                            f" got {data.get('version')!r}{hint}")
+    point = validate_as(_PointFile, data, str(path)).point
+    world, cap, group = expected
+    if point.world_size != world or (cap is not None and point.hbm_cap != cap) or point.group_size != group:
+        raise ShardoptError(f"{path}: point: holds world {point.world_size}, cap {point.hbm_cap}, group"
+                            f" {point.group_size}, not the point its name says{hint}")
+    return SweepPoint(**{f: getattr(point, f) for f in SweepPoint.__dataclass_fields__})
 
 
 def _write_point(path: Path, point: SweepPoint, key: str) -> None:
     from shardopt.core.files import write_atomic
 
-    write_atomic(path, json.dumps({"key": key, "point": asdict(point)}, sort_keys=True))
+    write_atomic(path, json.dumps({"format": POINT_FORMAT, "version": POINT_VERSION, "key": key,
+                                   "point": asdict(point)}, sort_keys=True))
 
 
 def check_worlds(worlds: Sequence[int]) -> None:

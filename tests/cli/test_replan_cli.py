@@ -73,7 +73,8 @@ def test_an_old_plan_for_another_workload_is_refused(runner, tmp_path, grown):
     _plan(runner, old)
     result = run_cli(runner, "replan", old, new, "--old-workload", CONFIGS / "dlrm-medium.yaml", "-o", tmp_path / "n.json")
     assert result.exit_code == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "not a valid plan for" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "the plan is of workload 'tiny', not 'dlrm-medium' (--old-workload" in result.stderr
     assert not (tmp_path / "n.json").exists()
 
 
