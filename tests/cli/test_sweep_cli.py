@@ -56,7 +56,7 @@ def test_an_interrupted_sweep_resumes_from_its_finished_points(runner, tmp_path,
 @pytest.mark.parametrize("args, words", [
     (["--world-sizes", "2,x"], "--world-sizes: 'x' is not a whole number"),
     (["--world-sizes", "0"], "--world-sizes: 0 is out of range"),
-    (["--world-sizes", "2", "--hbm-caps", "lots"], "--hbm-caps: 'lots' is not a size"),
+    (["--world-sizes", "2", "--hbm-caps", "lots"], "--hbm-caps: 'lots': must be a size such as 80GB"),
     (["--world-sizes", "2", "--target-step", "-1"], "--target-step"),
 ])
 def test_bad_sweep_options_are_one_line_and_write_nothing(runner, tmp_path, args, words):
