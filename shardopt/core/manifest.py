@@ -36,48 +36,40 @@ def _check_span(span: Span, what: str) -> None:
 
 
 @dataclass(frozen=True, config=STRICT)
-class Move:
-    """A rectangle of a table sent from an old rank to a new one, with its bytes."""
+class _Piece:
+    """A rectangle of a table: rows and columns, each [first, end)."""
 
     table: Name
     rows: Span
     cols: Span
+
+    def __post_init__(self) -> None:
+        _check_span(self.rows, "rows")
+        _check_span(self.cols, "cols")
+
+
+@dataclass(frozen=True, config=STRICT)
+class Move(_Piece):
+    """A rectangle sent from an old rank to a new one, with its bytes."""
+
     from_rank: Rank
     to_rank: Rank
     bytes: NonNegInt
 
-    def __post_init__(self) -> None:
-        _check_span(self.rows, "rows")
-        _check_span(self.cols, "cols")
-
 
 @dataclass(frozen=True, config=STRICT)
-class Restored:
+class Restored(_Piece):
     """A rectangle only lost ranks held, read from the last checkpoint onto a new rank."""
 
-    table: Name
-    rows: Span
-    cols: Span
     to_rank: Rank
     bytes: NonNegInt
 
-    def __post_init__(self) -> None:
-        _check_span(self.rows, "rows")
-        _check_span(self.cols, "cols")
-
 
 @dataclass(frozen=True, config=STRICT)
-class Initialised:
+class Initialised(_Piece):
     """Rows (or a table) that did not exist before: created on ``rank``, not moved."""
 
-    table: Name
-    rows: Span
-    cols: Span
     rank: Rank
-
-    def __post_init__(self) -> None:
-        _check_span(self.rows, "rows")
-        _check_span(self.cols, "cols")
 
 
 @dataclass(frozen=True, config=STRICT)
