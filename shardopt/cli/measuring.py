@@ -63,6 +63,9 @@ CALIBRATE_MIN_KERNELS = 40  # below this the fit's held-out share is a handful o
 PROBE_BUDGET_S = 20.0  # calibrate --probe: all of it, measuring and rescaling
 PROBE_FIT_SHARE = 0.1  # rescaling is a median of ratios: no fit to wait for
 PROBE_MIN_KERNELS = 6
+# calibrate --workload: the share of the budget for measuring the workload's own plans, after the
+# fit (shardopt.measure.refine): what sets its plan, measured, where the grid only pins the terms.
+REFINE_SHARE = 0.35
 
 
 @main.command()
@@ -110,7 +113,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     if keep_profile is not None:
         check_output_folder(keep_profile, option="--keep-profile")
     base_model = _base_model(base, device)
-    kernels = _workload_kernels(workload_file, device, seed) if workload_file is not None else None
+    workload, kernels = _workload_kernels(workload_file, device, seed) if workload_file is not None else (None, None)
+    refine_share = REFINE_SHARE if workload is not None and not probe else 0.0
     if probe:
         if base_model is None:
             raise ShardoptError("--probe rescales a base model: give --base packaged or a model file")
@@ -126,7 +130,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
         try:
             preset = "probe" if probe else "workload" if kernels is not None else "calibrate"
             swept = run_sweep(str(folder), preset=preset, device=device, backend=backend, seed=seed,
-                              deadline=started + budget * (1 - (PROBE_FIT_SHARE if probe else CALIBRATE_FIT_SHARE)),
+                              deadline=started + budget * (1 - (PROBE_FIT_SHARE if probe else CALIBRATE_FIT_SHARE)
+                                                           - refine_share),
                               kernels=kernels)
             measured_s = time.perf_counter() - started
             count = sum(1 for _ in ProfileDataset(folder).records("tbe"))
@@ -140,6 +145,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
                 parts, report = probe_model(folder, base_model)
             else:
                 parts, report = train_model(folder, seed=seed, base=base_model)
+            if refine_share:
+                parts = _refined(workload, parts, report, started + budget, device, backend)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
             raise Interrupted(kept) from None
@@ -152,13 +159,38 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     click.echo(
         f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted in"
         f" {time.perf_counter() - started - measured_s:.0f} s; {'its own (in-sample) kernels' if probe else 'held-out kernel'}"
-        f" {_held_out(report)}."
-        f" Plan with --cost-model learned@{output}"
+        f" {_held_out(report)}.{_refine_line(report)}"
+        f" Plan with --cost-model {'analytic' if 'refine' in report else 'learned'}@{output}"
     )
 
 
-def _workload_kernels(path: Path, device: str, seed: int) -> list[dict]:
-    """The kernels of ``calibrate --workload``: the workload's shapes, read before anything runs."""
+def _refined(workload, parts, report: dict, deadline: float, device: str, backend: str):
+    """``parts`` with the analytic calibration refined on the workload's own measured plans
+    (:mod:`shardopt.measure.refine`); the rounds go into ``report``."""
+    import dataclasses
+
+    from shardopt.costmodel.registry import held_out_error
+    from shardopt.measure.refine import refine
+
+    calibration, report["refine"] = refine(
+        workload, parts.calibration, held_out=held_out_error(report, "analytic"), deadline=deadline,
+        device=device, backend=backend, progress=lambda line: click.echo(f"calibrate --workload: {line}", err=True))
+    return dataclasses.replace(parts, calibration=calibration)
+
+
+def _refine_line(report: dict) -> str:
+    refined = report.get("refine")
+    if not refined or not refined["rounds"]:
+        return ""
+    first, last = refined["rounds"][0], refined["rounds"][-1]
+    return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
+            f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"
+            f" per-rank error {refined['rank_error_unfitted']:.1%} before the tables' factors,"
+            f" {refined['rank_error_fitted']:.1%} after ({refined['tables']} tables).")
+
+
+def _workload_kernels(path: Path, device: str, seed: int):
+    """(workload, kernels) of ``calibrate --workload``: the workload's shapes, read before anything runs."""
     from shardopt.core.workload import read_workload
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.planner.workload_points import workload_kernels
@@ -168,7 +200,7 @@ def _workload_kernels(path: Path, device: str, seed: int) -> list[dict]:
     if on != device:
         raise ShardoptError(f"{path}: topology.compute_device: the workload runs on {workload.topology.compute_device},"
                             f" calibrate measures --device {device}")
-    return workload_kernels(workload, resolve_cost_model("analytic", workload)[0], device == "cuda", seed)
+    return workload, workload_kernels(workload, resolve_cost_model("analytic", workload)[0], device == "cuda", seed)
 
 
 def _base_model(base: str, device: str):

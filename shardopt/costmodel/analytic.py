@@ -18,6 +18,7 @@ from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
+from shardopt.costmodel.table_factors import TableFactor, base_name
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.memory import shard_memory
@@ -48,6 +49,8 @@ class Calibration:
     llc_bytes: int | None = None
     # The per-table shapes the constants were fitted on (None: unknown, as in older files).
     fitted: FittedRange | None = None
+    # Per-table corrections fitted to one workload's measured ranks (calibrate --workload).
+    table_factors: tuple[TableFactor, ...] = ()
 
 
 class AnalyticCostModel(CostModel):
@@ -143,14 +146,29 @@ class AnalyticCostModel(CostModel):
             workload, hw, sharding_type, rows, cols, lookups, len(table.features)
         )
         memory = shard_memory(workload.optimizer, spec)
+        f_fwd, f_bwd = self._table_factor(table)
         return ShardCost(
-            fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3,
-            bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3,
+            fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3 * f_fwd,
+            bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3 * f_bwd,
             fwd_comm_ms=fwd_comm_s * 1e3,
             bwd_comm_ms=bwd_comm_s * 1e3,
             hbm_bytes=memory.hbm_bytes,
             ddr_bytes=memory.ddr_bytes,
         )
+
+    def _table_factor(self, table) -> tuple[float, float]:
+        """The table's measured correction (forward, backward), where the calibration holds one
+        for a table of this name and shape (a hot-row head or tail: of its table's name and width)."""
+        if self.calibration is None or not self.calibration.table_factors:
+            return 1.0, 1.0
+        factors = self.__dict__.get("_factors")
+        if factors is None:
+            factors = self.__dict__["_factors"] = {f.name: f for f in self.calibration.table_factors}
+        name = base_name(table.name)
+        f = factors.get(name)
+        if f is None or not (f.matches(table) if name == table.name else f.dim == table.embedding_dim):
+            return 1.0, 1.0
+        return f.fwd, f.bwd
 
     def _average_rank_cache(self, workload: Workload, hw: Hardware) -> tuple[tuple[float, float], float]:
         """(cache times, footprint) of a rank holding a balanced share of every table.

@@ -84,17 +84,20 @@ def resolve_cost_model(
     other_cpu = _other_cpu(meta["trained_on"], workload)
     if other_cpu:
         warnings.append(f"{path}: {other_cpu}")
+    if part == "learned" and parts.calibration.table_factors:
+        warnings.append(f"{path}: its tables' factors (calibrate --workload) correct the analytic part;"
+                        f" the learned part plans without them: use --cost-model analytic@{path}")
     if part == "analytic":
         model: CostModel = AnalyticCostModel(calibration=parts.calibration, comm_profile=comm_profile)
     else:
         from shardopt.costmodel.learned import LearnedCostModel
 
         model = LearnedCostModel(parts, device=workload.topology.compute_device, comm_profile=comm_profile)
-    model.held_out = _held_out(meta["report"], part)
+    model.held_out = held_out_error(meta["report"], part)
     return model, warnings
 
 
-def _held_out(report: dict, part: str) -> float | None:
+def held_out_error(report: dict, part: str) -> float | None:
     """The model file's own figure of its error on held-out kernels, for this part of it."""
     mape = report.get("held_out_mape") if isinstance(report, dict) else None
     value = mape.get("analytic-calibrated" if part == "analytic" else "learned") if isinstance(mape, dict) else None
@@ -113,5 +116,5 @@ def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
     return (
         f"calibrated on CPU {trained_on['cpu_id']}, this machine is {here}; its kernel costs may"
         " not hold here, so --robust auto plans for that doubt (to measure instead: shardopt calibrate"
-        " --workload W.yaml -o model.json, then --cost-model learned@model.json)"
+        " --workload W.yaml -o model.json, then --cost-model analytic@model.json)"
     )

@@ -15,6 +15,7 @@ from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.kernel_net import LearnedParts
 from shardopt.costmodel.provenance import RANGE_FIELDS, FittedRange
+from shardopt.costmodel.table_factors import MAX_LOG_FACTOR, TableFactor
 from shardopt.core.errors import ShardoptError
 from shardopt.core.files import write_atomic
 
@@ -24,6 +25,7 @@ MODEL_VERSION = 2
 # A transferred model's speed factor per pass, in log: e^7 is over 1000x, more than any two
 # machines one model could speak for.
 MAX_PRIOR_SHIFT = 7.0
+MIN_TABLE_FACTOR = float(np.exp(-MAX_LOG_FACTOR)) * 0.999  # the fit's own bound, with rounding room
 
 
 def _calibration_to_dict(c: Calibration) -> dict:
@@ -34,6 +36,7 @@ def _calibration_to_dict(c: Calibration) -> dict:
         **({"comm_curves": c.comm_curves.to_dict()} if c.comm_curves else {}),
         **({"llc_bytes": c.llc_bytes} if c.llc_bytes is not None else {}),
         **({"fitted": c.fitted.to_dict()} if c.fitted is not None else {}),
+        **({"table_factors": [f.to_dict() for f in c.table_factors]} if c.table_factors else {}),
     }
 
 
@@ -45,6 +48,7 @@ def _calibration_from_dict(d: dict) -> Calibration:
         comm_curves=CommCurves.from_dict(d["comm_curves"]) if d.get("comm_curves") else None,
         llc_bytes=d.get("llc_bytes"),
         fitted=FittedRange.from_dict(d["fitted"]) if d.get("fitted") else None,
+        table_factors=_table_factors(d.get("table_factors")),
     )
 
 
@@ -147,6 +151,7 @@ def _parts_from_dict(data: dict) -> LearnedParts:
             low, high = _numbers(fitted[name], f"calibration.fitted.{name}", 2, 0.0)
             if low > high:
                 raise _Bad(f"calibration.fitted.{name}: least {low:g} is above most {high:g}")
+    _table_factors(cal.get("table_factors"))
     if not isinstance(cal.get("hardware"), str) or not isinstance(cal.get("trained_on"), dict):
         raise _Bad("calibration.hardware / calibration.trained_on: missing or of the wrong type")
     features = data.get("features")
@@ -171,6 +176,33 @@ def _parts_from_dict(data: dict) -> LearnedParts:
     )
     _check_nets(parts)
     return parts
+
+
+def _table_factors(value) -> tuple[TableFactor, ...]:
+    """``calibration.table_factors``: per-table corrections of ``calibrate --workload``, checked."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Bad("calibration.table_factors: must list {name, rows, dim, pooling, fwd, bwd}")
+    out, seen = [], set()
+    for i, item in enumerate(value):
+        field = f"calibration.table_factors[{i}]"
+        if not isinstance(item, dict) or set(item) != {"name", "rows", "dim", "pooling", "fwd", "bwd"}:
+            raise _Bad(f"{field}: must hold exactly name, rows, dim, pooling, fwd and bwd")
+        if not isinstance(item["name"], str) or not item["name"] or item["name"] in seen:
+            raise _Bad(f"{field}.name: must be a table name given once, got {item['name']!r}")
+        seen.add(item["name"])
+        rows, dim = item["rows"], item["dim"]
+        if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in (rows, dim)):
+            raise _Bad(f"{field}.rows/dim: must be positive integers")
+        (pooling,) = _numbers([item["pooling"]], f"{field}.pooling", 1, 0.0)
+        for key in ("fwd", "bwd"):
+            (value,) = _numbers([item[key]], f"{field}.{key}", 1)
+            if not MIN_TABLE_FACTOR <= value <= 1 / MIN_TABLE_FACTOR:
+                raise _Bad(f"{field}.{key}: must be a factor within {MIN_TABLE_FACTOR:.4g}..{1 / MIN_TABLE_FACTOR:.4g},"
+                           f" got {value!r}")
+        out.append(TableFactor(item["name"], rows, dim, pooling, float(item["fwd"]), float(item["bwd"])))
+    return tuple(out)
 
 
 def _prior_shift(value) -> tuple[float, float]:

@@ -284,6 +284,9 @@ def replay_side_by_side(
     warmup: int = 2,
     iters: int = 5,
     memory_bytes: int = SIDE_BY_SIDE_MEMORY_BYTES,
+    seed: int = 0,
+    device: str = "cpu",
+    backend: str = "auto",
 ) -> SideBySide:
     """Several plans of one workload measured in turns on this machine's CPU kernels.
 
@@ -291,12 +294,15 @@ def replay_side_by_side(
     shuffled order each round; a window holds as many ranks as fit ``memory_bytes``. Timing one
     rank at a time instead gave each rank its own stretch of the machine's drift: on the 2-core
     VMs a rank's compute moved ~20% between such stretches, alike for every plan (correlation
-    0.91), so which rank came out the bottleneck was chance.
+    0.91), so which rank came out the bottleneck was chance. ``seed`` draws the batches (another
+    seed: other batches of the same distributions).
     """
     import torch
 
-    torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
-    replays = {name: PlanReplay(workload, plan, comm=comm) for name, plan in plans.items()}
+    if device == "cpu":
+        torch.set_num_threads(1)  # one CPU rank is one intra-op thread, as the profile assumes
+    replays = {name: PlanReplay(workload, plan, comm=comm, seed=seed, device=device, backend=backend)
+               for name, plan in plans.items()}
     world = workload.topology.world_size
     timed: dict[str, list[list[RankReplay]]] = {name: [[] for _ in range(world)] for name in plans}
     rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, PACKAGED_PROFILE, run_cli
+from conftest import CONFIGS, PACKAGED_PROFILE, FakeMachine, run_cli
 
 
 def _copy_points(folder: Path, count: int) -> None:
@@ -166,16 +166,25 @@ def _hot_workload_file(tmp_path) -> Path:
     return path
 
 
-def test_calibrate_for_a_workload_measures_its_own_tables_and_its_ranks_kernels(runner, tmp_path, fake_sweep):
+def test_calibrate_for_a_workload_measures_its_own_tables_and_its_ranks_kernels(runner, tmp_path, fake_sweep,
+                                                                              monkeypatch):
     from shardopt.core.workload import read_workload
+    from shardopt.costmodel.registry import resolve_cost_model
 
     path = _hot_workload_file(tmp_path)
     out = tmp_path / "model.json"
+    workload, _ = read_workload(path)
+    fake = FakeMachine(resolve_cost_model("analytic", workload)[0])
+    monkeypatch.setattr("shardopt.measure.refine.replay_side_by_side", fake.replay)
     result = run_cli(runner, "calibrate", "--workload", path, "--budget", "60", "-o", out)
     assert result.exit_code == 0, result.stderr
+    # then its own plans, measured and corrected: the file is for the analytic part
+    refined = json.loads(out.read_text())
+    assert len(refined["report"]["refine"]["rounds"]) == fake.calls >= 1
+    assert refined["calibration"]["table_factors"] and "analytic@" in result.stdout
+    assert "calibrate --workload: round 1: measured step" in result.stderr
     call = fake_sweep[0]
     assert call["preset"] == "workload"
-    workload, _ = read_workload(path)
     singles = [k["tables"][0] for k in call["kernels"] if len(k["tables"]) == 1]
     # every table alone at its own pooling (the hot ones, pooled 100-300, too) and dimension
     for table in workload.tables:
