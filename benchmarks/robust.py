@@ -14,7 +14,9 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
 - ``noise``: each table's compute off by its own log-normal factor (log-sd ``--noise``, stable per
   table name), ``-off`` / ``-on`` likewise;
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
-  task, S seconds (its auto).
+  task, S seconds, its analytic part (the task's own plans measured in the budget's last 35% and
+  each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
+  replay's here).
 
 Writes ``benchmarks/results/robust.md`` (``--output``): per task, and the geometric mean, worst
 task and measured bottleneck over the mean rank per variant.

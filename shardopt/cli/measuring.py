@@ -172,6 +172,10 @@ def _refined(workload, parts, report: dict, deadline: float, device: str, backen
     from shardopt.costmodel.registry import held_out_error
     from shardopt.measure.refine import refine
 
+    if workload.parallelism is not None:
+        report["refine"] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
+                                      " group's size) to have its plans measured"}
+        return parts
     calibration, report["refine"] = refine(
         workload, parts.calibration, held_out=held_out_error(report, "analytic"), deadline=deadline,
         device=device, backend=backend, progress=lambda line: click.echo(f"calibrate --workload: {line}", err=True))
@@ -180,6 +184,8 @@ def _refined(workload, parts, report: dict, deadline: float, device: str, backen
 
 def _refine_line(report: dict) -> str:
     refined = report.get("refine")
+    if refined and "skipped" in refined:
+        return f" Its plans were not measured: {refined['skipped']}."
     if not refined or not refined["rounds"]:
         return ""
     first, last = refined["rounds"][0], refined["rounds"][-1]

@@ -8,26 +8,41 @@ each table's lookups given a factor so the model's ranks match the measured ones
 (:mod:`shardopt.costmodel.table_factors`), the workload planned again with the corrected model,
 and its ranks measured in turn, until the plan repeats one already measured or the budget ends.
 Every measured rank of every round goes into the fit, so a table moved between rounds is seen
-on several ranks in several company. The result is the calibration with the factors: ``plan``
-with it gives the same plan for the same inputs, like any model file.
+on several ranks in several company. At the end the best rounds' plans and the last fit's are
+measured again side by side and the factors behind the fastest are kept (autotuning's rule: what
+was measured beats what was predicted). The result is the calibration with those factors: ``plan``
+with it gives that plan for the same inputs, like any model file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from shardopt.contracts import Breakdown, PlanConfig
 from shardopt.core.manifest import layout_digest
+from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
-from shardopt.costmodel.table_factors import fit_factors, rank_error, rank_samples, table_factors
+from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
 from shardopt.measure.replay import replay_side_by_side
 from shardopt.planner.factory import plan_with
 
 ROUNDS = 3  # interleaved timings of each rank per measured plan (medians)
+FINAL_ROUNDS = 5  # the finalists', side by side
+FINALISTS = 3  # the best measured plans and the last fit's, measured again side by side
 SEED = 7919  # the refinement's batches: not the seed-0 batches replay and the bench draw
+
+
+@dataclass(frozen=True)
+class _Round:
+    factors: tuple[TableFactor, ...]  # those of the model that made this plan
+    plan: Plan
+    step_ms: float
+    row: dict  # what the report keeps of it
 
 
 def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[float], deadline: float,
@@ -37,41 +52,83 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     measuring until ``deadline`` (a ``time.perf_counter`` value) or until a plan repeats; and a
     report: each round's measured step, slowest rank over the mean, and the model's error on that
     plan's ranks before the round's measurements were fitted (each plan is new to the model that
-    made it, so that error is out of sample)."""
+    made it, so that error is out of sample).
+
+    The factors returned are those whose plan measured fastest: the best rounds' plans and the
+    last fit's are measured again side by side (a round's own step is three timings, a few percent
+    of noise), so ``plan`` with the file gives a plan seen to run that fast on this machine."""
     base = dataclasses.replace(calibration, table_factors=())
     base_model = _model(base, held_out)
-    model, samples, seen, rounds = base_model, [], set(), []
+    measure = functools.partial(_measure, workload, device, backend)
+    samples, seen, rounds = [], set(), []
+    factors: tuple[TableFactor, ...] = ()
     fitted: dict[str, tuple[float, float]] = {}
-    last_s, converged = 0.0, False
-    while time.perf_counter() + last_s < deadline:
+    plan_s = measure_s = 0.0
+    converged = False
+    # Room for one more round and for the finalists' side-by-side after it.
+    while time.perf_counter() + plan_s + measure_s * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS) < deadline:
         started = time.perf_counter()
-        plan = plan_with(workload, config, cost_model=model)
+        plan = plan_with(workload, config, cost_model=_model(dataclasses.replace(base, table_factors=factors), held_out))
+        plan_s = time.perf_counter() - started
         digest = layout_digest(workload.topology.world_size, plan.tables)
         if digest in seen:
             converged = True
             break
         seen.add(digest)
-        replayed = replay_side_by_side(workload, {"plan": plan}, ROUNDS, seed=SEED + len(rounds), device=device,
-                                       backend=backend).per_rank["plan"]
+        replayed = measure({"plan": plan}, ROUNDS, SEED + len(rounds))["plan"]
+        measure_s = time.perf_counter() - started - plan_s
         measured = [(r.fwd_compute_ms, r.bwd_compute_ms) for r in replayed]
         new = rank_samples(base_model, workload, plan.tables, measured)
         before = rank_error(new, fitted)
         samples += new
         fitted = fit_factors(samples)
-        model = _model(dataclasses.replace(base, table_factors=table_factors(workload, fitted)), held_out)
         lookups = [f + b for f, b in measured]
-        rounds.append({"step_ms": round(Breakdown.of(replayed).step_ms, 4),
-                       "slowest_over_mean": round(max(lookups) / (sum(lookups) / len(lookups)), 4),
-                       "rank_error_before": round(before, 4), "rank_error_after": round(rank_error(new, fitted), 4)})
-        last_s = time.perf_counter() - started
+        step = Breakdown.of(replayed).step_ms
+        rounds.append(_Round(factors, plan, step, {
+            "step_ms": round(step, 4), "slowest_over_mean": round(max(lookups) / (sum(lookups) / len(lookups)), 4),
+            "rank_error_before": round(before, 4), "rank_error_after": round(rank_error(new, fitted), 4)}))
+        factors = table_factors(workload, fitted)
         if progress:
-            r = rounds[-1]
-            progress(f"round {len(rounds)}: measured step {r['step_ms']:.2f} ms, slowest rank {r['slowest_over_mean']:.2f}x"
-                     f" the mean, model off by {r['rank_error_before']:.1%} per rank before the fit")
-    report = {"rounds": rounds, "converged": converged,
-              "tables": len(fitted), "rank_error_fitted": round(rank_error(samples, fitted), 4),
+            row = rounds[-1].row
+            progress(f"round {len(rounds)}: measured step {row['step_ms']:.2f} ms, slowest rank"
+                     f" {row['slowest_over_mean']:.2f}x the mean, model off by {row['rank_error_before']:.1%} per"
+                     " rank before the fit")
+    last = None
+    if rounds:  # the last fit's plan: planned already when it repeated a measured one
+        last = _Round(factors, plan if converged else plan_with(
+            workload, config, cost_model=_model(dataclasses.replace(base, table_factors=factors), held_out)),
+            float("inf"), {})
+    chosen, final = _final(rounds, last, measure)
+    if progress and final:
+        steps = final["steps_ms"]
+        progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
+                 + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
+    report = {"rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
+              "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}
-    return dataclasses.replace(base, table_factors=table_factors(workload, fitted)), report
+    return dataclasses.replace(base, table_factors=chosen), report
+
+
+def _final(rounds: list[_Round], last: Optional[_Round], measure) -> tuple[tuple[TableFactor, ...], dict]:
+    """The factors of the fastest of the best measured rounds' plans and the last fit's plan,
+    measured again side by side; (the last fit's factors, {}) with nothing to choose from."""
+    if last is None:
+        return (), {}
+    named = {f"round {i + 1}": r for i, r in sorted(enumerate(rounds), key=lambda ir: (ir[1].step_ms, ir[0]))
+             [:FINALISTS]}
+    if layout_digest(0, last.plan.tables) not in {layout_digest(0, r.plan.tables) for r in named.values()}:
+        named["the last fit"] = last
+    if len(named) == 1:
+        return next(iter(named.values())).factors, {}
+    measured = measure({name: r.plan for name, r in named.items()}, FINAL_ROUNDS, SEED - 1)
+    steps = {name: round(Breakdown.of(ranks).step_ms, 4) for name, ranks in measured.items()}
+    kept = min(steps, key=lambda name: steps[name])  # ties: the first named, the best round
+    return named[kept].factors, {"kept": kept, "steps_ms": steps}
+
+
+def _measure(workload: Workload, device: str, backend: str, plans: dict[str, Plan], rounds: int, seed: int) -> dict:
+    """Each plan's ranks replayed side by side: name -> per-rank breakdowns."""
+    return replay_side_by_side(workload, plans, rounds, seed=seed, device=device, backend=backend).per_rank
 
 
 def _model(calibration: Calibration, held_out: Optional[float]) -> AnalyticCostModel:
