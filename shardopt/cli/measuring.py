@@ -157,7 +157,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
                                **({"workload": str(workload_file)} if workload_file is not None else {})}
         save_model(output, parts, report)
     click.echo(
-        f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted in"
+        f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted"
+        f"{' and its plans measured' if 'refine' in report else ''} in"
         f" {time.perf_counter() - started - measured_s:.0f} s; {'its own (in-sample) kernels' if probe else 'held-out kernel'}"
         f" {_held_out(report)}.{_refine_line(report)}"
         f" Plan with --cost-model {'analytic' if 'refine' in report else 'learned'}@{output}"
@@ -192,7 +193,9 @@ def _refine_line(report: dict) -> str:
     return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
             f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"
             f" per-rank error {refined['rank_error_unfitted']:.1%} before the tables' factors,"
-            f" {refined['rank_error_fitted']:.1%} after ({refined['tables']} tables).")
+            f" {refined['rank_error_fitted']:.1%} after"
+            + (f"; kept the factors ({refined['tables']} tables) of the plan of {refined['final']['kept']}, fastest"
+               f" side by side" if refined.get("final") else f" ({refined['tables']} tables)") + ".")
 
 
 def _workload_kernels(path: Path, device: str, seed: int):

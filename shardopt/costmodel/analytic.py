@@ -80,7 +80,12 @@ class AnalyticCostModel(CostModel):
             hw = self.hardware(workload)
             return Provenance(False, f"hardware profile '{hw.name}' constants (published figures and estimates,"
                                      " measured on no machine of this workload's)")
-        return calibration_provenance(cal.trained_on, cal.hardware, workload, self.held_out, cal.fitted)
+        prov = calibration_provenance(cal.trained_on, cal.hardware, workload, self.held_out, cal.fitted)
+        priced = sum(1 for t in workload.tables if self._table_factor(t) != (1.0, 1.0))
+        if priced:
+            prov = dataclasses.replace(prov, text=f"{prov.text}; {priced} of {len(workload.tables)} tables priced by"
+                                                  " this workload's measured plans (calibrate --workload)")
+        return prov
 
     def hardware(self, workload: Workload) -> Hardware:
         # Keyed on the topology object: hardware_for builds a new profile on every call when the

@@ -71,6 +71,9 @@ def test_factors_price_only_a_table_of_their_name_and_shape():
     other = ShardSpec(workload.tables[1], "table_wise", workload.tables[1].num_embeddings,
                       workload.tables[1].embedding_dim)
     assert refined.shard_cost(workload, other) == packaged.shard_cost(workload, other)
+    assert f"1 of {len(workload.tables)} tables priced by this workload's measured plans" in \
+        refined.provenance(workload).text
+    assert "measured plans" not in packaged.provenance(workload).text
     # the same name with another shape: the model's own price
     grown = dataclasses.replace(first, num_embeddings=first.num_embeddings * 2)
     wide = ShardSpec(grown, "table_wise", grown.num_embeddings, grown.embedding_dim)
