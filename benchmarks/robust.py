@@ -83,6 +83,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--per-regime", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=1000, help="held-out tasks' first seed (1000..)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calibrated", type=Path, help="a `shardopt calibrate` model file of this machine")
     parser.add_argument("--noise", type=float, default=0.3)
@@ -95,7 +96,7 @@ def main() -> None:
     rows, ratios, imbalance = [], {}, {}
     for regime in REGIMES:
         for i in range(args.per_regime):
-            task = regime_task(regime, 1000 + i)
+            task = regime_task(regime, args.first_seed + i)
             w = task.workload
             packaged, _ = resolve_cost_model("analytic", w)
             makers = {
@@ -137,11 +138,12 @@ def main() -> None:
         "# Plans under a wrong cost model, replayed beside TorchRec's",
         "",
         f"Command: `python benchmarks/robust.py --per-regime {args.per_regime} --rounds {args.rounds}"
+        + (f" --first-seed {args.first_seed}" if args.first_seed != 1000 else "")
         + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
         + (f" --only {args.only}" if args.only else "")
         + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s. Held-out tasks"
-        " (seeds 1000..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
+        f" (seeds {args.first_seed}..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
         " side-by-side replay (lower is better). Variants: see the script's docstring.",
         "",
         "| task | " + " | ".join(names) + " |",

@@ -185,10 +185,12 @@ def _refined(workload, parts, report: dict, deadline: float, device: str, backen
 
 def _refine_line(report: dict) -> str:
     refined = report.get("refine")
-    if refined and "skipped" in refined:
-        return f" Its plans were not measured: {refined['skipped']}."
-    if not refined or not refined["rounds"]:
+    if not refined:
         return ""
+    if "skipped" in refined:
+        return f" Its plans were not measured: {refined['skipped']}."
+    if not refined["rounds"]:
+        return " No time was left to measure its plans: give --budget more seconds."
     first, last = refined["rounds"][0], refined["rounds"][-1]
     return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
             f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"

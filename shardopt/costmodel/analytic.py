@@ -18,7 +18,7 @@ from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
-from shardopt.costmodel.table_factors import TableFactor, base_name
+from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.memory import shard_memory
@@ -81,11 +81,7 @@ class AnalyticCostModel(CostModel):
             return Provenance(False, f"hardware profile '{hw.name}' constants (published figures and estimates,"
                                      " measured on no machine of this workload's)")
         prov = calibration_provenance(cal.trained_on, cal.hardware, workload, self.held_out, cal.fitted)
-        priced = sum(1 for t in workload.tables if self._table_factor(t) != (1.0, 1.0))
-        if priced:
-            prov = dataclasses.replace(prov, text=f"{prov.text}; {priced} of {len(workload.tables)} tables priced by"
-                                                  " this workload's measured plans (calibrate --workload)")
-        return prov
+        return dataclasses.replace(prov, text=prov.text + priced_text(cal.table_factors, workload))
 
     def hardware(self, workload: Workload) -> Hardware:
         # Keyed on the topology object: hardware_for builds a new profile on every call when the
@@ -151,7 +147,7 @@ class AnalyticCostModel(CostModel):
             workload, hw, sharding_type, rows, cols, lookups, len(table.features)
         )
         memory = shard_memory(workload.optimizer, spec)
-        f_fwd, f_bwd = self._table_factor(table)
+        f_fwd, f_bwd = factor_of(self.calibration.table_factors if self.calibration else (), table)
         return ShardCost(
             fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3 * f_fwd,
             bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3 * f_bwd,
@@ -160,20 +156,6 @@ class AnalyticCostModel(CostModel):
             hbm_bytes=memory.hbm_bytes,
             ddr_bytes=memory.ddr_bytes,
         )
-
-    def _table_factor(self, table) -> tuple[float, float]:
-        """The table's measured correction (forward, backward), where the calibration holds one
-        for a table of this name and shape (a hot-row head or tail: of its table's name and width)."""
-        if self.calibration is None or not self.calibration.table_factors:
-            return 1.0, 1.0
-        factors = self.__dict__.get("_factors")
-        if factors is None:
-            factors = self.__dict__["_factors"] = {f.name: f for f in self.calibration.table_factors}
-        name = base_name(table.name)
-        f = factors.get(name)
-        if f is None or not (f.matches(table) if name == table.name else f.dim == table.embedding_dim):
-            return 1.0, 1.0
-        return f.fwd, f.bwd
 
     def _average_rank_cache(self, workload: Workload, hw: Hardware) -> tuple[tuple[float, float], float]:
         """(cache times, footprint) of a rank holding a balanced share of every table.
@@ -257,7 +239,7 @@ class AnalyticCostModel(CostModel):
                 total = total + comm_bytes(workload, "table_wise", table.num_embeddings,
                                            table.embedding_dim, lookups, len(table.features), table.pooled)
             slopes = tuple(
-                _secant(curves, world, pattern, max(volume / world, 1.0))
+                curves.secant(world, pattern, max(volume / world, 1.0))
                 for pattern, volume in (("even", total.ids), ("pooled", total.pooled))
             )
         self._slope_cache = (workload, slopes)
@@ -413,8 +395,3 @@ def _all_to_all_seconds_per_byte(hw: Hardware, world: int, local: int) -> float:
     on_host = (local - 1) / (world - 1)
     off_host = (world - local) / (world - 1)
     return on_host / (hw.intra_host_bw_gbps * GB) + off_host / (hw.inter_host_bw_gbps * GB)
-
-
-def _secant(curves: CommCurves, world: int, pattern: str, around: float) -> float:
-    low, high = around / 2, around * 2
-    return (curves.seconds(world, pattern, high) - curves.seconds(world, pattern, low)) / (high - low)

@@ -63,6 +63,11 @@ class CommCurves:
     def covers(self, world: int) -> bool:
         return all((world, p) in self.points for p in ("even", "pooled"))
 
+    def secant(self, world: int, pattern: str, around: float) -> float:
+        """Seconds per byte over the octave each side of ``around`` bytes: the curve's slope there."""
+        low, high = around / 2, around * 2
+        return (self.seconds(world, pattern, high) - self.seconds(world, pattern, low)) / (high - low)
+
     def seconds(self, world: int, pattern: str, message_bytes: float) -> float:
         """Latency-bound below the smallest size measured, bandwidth-bound above the largest."""
         if message_bytes <= 0:

@@ -15,6 +15,7 @@ a model refined for one workload prices another's tables as the model does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -51,6 +52,30 @@ class TableFactor:
 def base_name(name: str) -> str:
     """A hot-row table's head and tail (``name#hot``, ``name#cold``) share the table's factor."""
     return name.split("#", 1)[0]
+
+
+@lru_cache(maxsize=64)
+def _index(factors: tuple[TableFactor, ...]) -> dict[str, TableFactor]:
+    return {f.name: f for f in factors}
+
+
+def factor_of(factors: tuple[TableFactor, ...], table: "Table") -> tuple[float, float]:
+    """The table's (forward, backward) correction where ``factors`` hold one for a table of its
+    name and shape (a hot-row head or tail: of its table's name and width); else (1, 1)."""
+    if not factors:
+        return 1.0, 1.0
+    name = base_name(table.name)
+    f = _index(factors).get(name)
+    if f is None or not (f.matches(table) if name == table.name else f.dim == table.embedding_dim):
+        return 1.0, 1.0
+    return f.fwd, f.bwd
+
+
+def priced_text(factors: tuple[TableFactor, ...], workload: "Workload") -> str:
+    """What a model's provenance adds when it prices some of the workload's tables by their factors."""
+    priced = sum(1 for t in workload.tables if factor_of(factors, t) != (1.0, 1.0))
+    return (f"; {priced} of {len(workload.tables)} tables priced by this workload's measured plans"
+            " (calibrate --workload)") if priced else ""
 
 
 @dataclass(frozen=True)
