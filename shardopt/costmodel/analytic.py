@@ -21,6 +21,7 @@ from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_p
 from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
 from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
 from shardopt.core.hardware import Hardware, hardware_for
+from shardopt.arithmetic.exact import dot, settled
 from shardopt.arithmetic.memory import shard_memory
 from shardopt.arithmetic.traffic import CommBytes, comm_bytes, rank_comm_from_all_to_all, shard_lookups, shard_samples
 from shardopt.contracts import ShardSpec
@@ -149,8 +150,8 @@ class AnalyticCostModel(CostModel):
         memory = shard_memory(workload.optimizer, spec)
         f_fwd, f_bwd = factor_of(self.calibration.table_factors if self.calibration else (), table)
         return ShardCost(
-            fwd_compute_ms=float(fwd_terms @ fwd_coef) * 1e3 * f_fwd,
-            bwd_compute_ms=float(bwd_terms @ bwd_coef) * 1e3 * f_bwd,
+            fwd_compute_ms=settled(dot(fwd_terms, fwd_coef) * 1e3 * f_fwd),
+            bwd_compute_ms=settled(dot(bwd_terms, bwd_coef) * 1e3 * f_bwd),
             fwd_comm_ms=fwd_comm_s * 1e3,
             bwd_comm_ms=bwd_comm_s * 1e3,
             hbm_bytes=memory.hbm_bytes,

@@ -18,6 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
+from shardopt.arithmetic.exact import dot, settled
+
 _ITERATIONS = 60  # safeguarded Newton steps; a handful usually reach 1e-6 of the cache
 
 
@@ -53,14 +55,14 @@ def characteristic_time(rows: Sequence[CacheRows], cache_bytes: float) -> float:
     for _ in range(_ITERATIONS):
         held = rate * math.exp(u)
         kept = np.exp(-held)
-        excess = float(np.dot(size, 1.0 - kept)) - cache_bytes
+        excess = dot(size, 1.0 - kept) - cache_bytes
         if excess > 0:
             hi = u
         else:
             lo = u
-        slope = float(np.dot(size, held * kept))
+        slope = dot(size, held * kept)
         step = u - excess / slope if slope > 0 else None
         u = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
         if hi - lo < 1e-6 or abs(excess) < 1e-6 * cache_bytes:
             break
-    return math.exp(u)
+    return settled(math.exp(u))

@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from shardopt.arithmetic.access import cache_buckets, row_buckets
+from shardopt.arithmetic.exact import dot
 from typing import Sequence
 
 from shardopt.arithmetic.traffic import INDEX_BYTES, OUTPUT_BYTES
@@ -147,8 +148,8 @@ def shard_terms(
     unique_rows = coarse.counts * row_frac * -np.expm1(-cached.rate)
     unique = float(unique_rows.sum())
     repeats = max(lookups - unique, 0.0)
-    near = (repeats + float(np.dot(unique_rows, cached.hit(near_time)))) / lookups if lookups > 0 else 0.0
-    hit = (repeats + float(np.dot(unique_rows, cached.hit(llc_time)))) / lookups if lookups > 0 else 0.0
+    near = (repeats + dot(unique_rows, cached.hit(near_time))) / lookups if lookups > 0 else 0.0
+    hit = (repeats + dot(unique_rows, cached.hit(llc_time))) / lookups if lookups > 0 else 0.0
     near = min(near, hit)
     in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
