@@ -111,7 +111,8 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
 
 def _final(rounds: list[_Round], last: Optional[_Round], measure) -> tuple[tuple[TableFactor, ...], dict]:
     """The factors of the fastest of the best measured rounds' plans and the last fit's plan,
-    measured again side by side; (the last fit's factors, {}) with nothing to choose from."""
+    measured again side by side, and what that measured; with one candidate, its factors and {};
+    with nothing measured, no factors."""
     if last is None:
         return (), {}
     named = {f"round {i + 1}": r for i, r in sorted(enumerate(rounds), key=lambda ir: (ir[1].step_ms, ir[0]))
