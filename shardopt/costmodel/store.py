@@ -151,7 +151,6 @@ def _parts_from_dict(data: dict) -> LearnedParts:
             low, high = _numbers(fitted[name], f"calibration.fitted.{name}", 2, 0.0)
             if low > high:
                 raise _Bad(f"calibration.fitted.{name}: least {low:g} is above most {high:g}")
-    _table_factors(cal.get("table_factors"))
     if not isinstance(cal.get("hardware"), str) or not isinstance(cal.get("trained_on"), dict):
         raise _Bad("calibration.hardware / calibration.trained_on: missing or of the wrong type")
     features = data.get("features")

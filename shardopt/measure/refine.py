@@ -59,6 +59,10 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     of noise), so ``plan`` with the file gives a plan seen to run that fast on this machine."""
     base = dataclasses.replace(calibration, table_factors=())
     base_model = _model(base, held_out)
+
+    def corrected(factors: tuple[TableFactor, ...]) -> AnalyticCostModel:
+        return _model(dataclasses.replace(base, table_factors=factors), held_out)
+
     measure = functools.partial(_measure, workload, device, backend)
     samples, seen, rounds = [], set(), []
     factors: tuple[TableFactor, ...] = ()
@@ -68,7 +72,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     # Room for one more round and for the finalists' side-by-side after it.
     while time.perf_counter() + plan_s + measure_s * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS) < deadline:
         started = time.perf_counter()
-        plan = plan_with(workload, config, cost_model=_model(dataclasses.replace(base, table_factors=factors), held_out))
+        plan = plan_with(workload, config, cost_model=corrected(factors))
         plan_s = time.perf_counter() - started
         digest = layout_digest(workload.topology.world_size, plan.tables)
         if digest in seen:
@@ -95,9 +99,8 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
                      " rank before the fit")
     last = None
     if rounds:  # the last fit's plan: planned already when it repeated a measured one
-        last = _Round(factors, plan if converged else plan_with(
-            workload, config, cost_model=_model(dataclasses.replace(base, table_factors=factors), held_out)),
-            float("inf"), {})
+        last = _Round(factors, plan if converged else plan_with(workload, config, cost_model=corrected(factors)),
+                      float("inf"), {})
     chosen, final = _final(rounds, last, measure)
     if progress and final:
         steps = final["steps_ms"]
