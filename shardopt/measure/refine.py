@@ -35,6 +35,12 @@ ROUNDS = 3  # interleaved timings of each rank per measured plan (medians)
 FINAL_ROUNDS = 5  # the finalists', side by side
 FINALISTS = 3  # the best measured plans and the last fit's, measured again side by side
 SEED = 7919  # the refinement's batches: not the seed-0 batches replay and the bench draw
+# Before any round is measured, a round's time is guessed from the model: each rank timed
+# (warm-up and timed iterations of its predicted lookups) ROUNDS times, plus building its kernels
+# (weights and optimizer state written at BUILD_BYTES_PER_S), with MARGIN for what is not counted.
+TIMED_ITERS = 2 + 5  # replay_side_by_side's warm-up and timed iterations
+BUILD_BYTES_PER_S = 1e9
+MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         if digest in seen:
             converged = True
             break
+        if not rounds and time.perf_counter() + _round_guess_s(base_model, workload, plan) * (
+                1 + FINALISTS * FINAL_ROUNDS / ROUNDS) >= deadline:
+            break  # not even one round fits (a large world, a slow device): nothing is measured
         seen.add(digest)
         replayed = measure({"plan": plan}, ROUNDS, SEED + len(rounds))["plan"]
         measure_s = time.perf_counter() - started - plan_s
@@ -110,6 +119,14 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}
     return dataclasses.replace(base, table_factors=chosen), report
+
+
+def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> float:
+    """Seconds one measured round of ``plan`` may take, guessed before any was measured."""
+    ranks = model.breakdown(workload, plan.tables)
+    lookups_s = sum(r.fwd_compute_ms + r.bwd_compute_ms for r in ranks) / 1e3
+    built_s = sum(r.hbm_bytes for r in ranks) / BUILD_BYTES_PER_S
+    return MARGIN * (ROUNDS * TIMED_ITERS * lookups_s + built_s)
 
 
 def _final(rounds: list[_Round], last: Optional[_Round], measure) -> tuple[tuple[TableFactor, ...], dict]:

@@ -167,3 +167,19 @@ def test_refinement_is_the_same_for_the_same_measurements_and_stops_at_its_deadl
     fake.calls = 0
     calibration, report = refine(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter())
     assert fake.calls == 0 and report["rounds"] == [] and calibration.table_factors == ()
+
+
+def test_a_first_round_that_cannot_fit_the_budget_is_not_started(machine, monkeypatch):
+    """A large world or a slow device: the first round is guessed from the model before it is
+    measured, and one that would overrun the deadline is not started (later rounds go by the
+    measured time of the one before)."""
+    from shardopt.measure import refine as module
+
+    workload, model, fake = machine
+    monkeypatch.setattr(module, "BUILD_BYTES_PER_S", 1.0)  # building the kernels would take years
+    calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
+                                        deadline=time.perf_counter() + 60)
+    assert fake.calls == 0 and report["rounds"] == [] and calibration.table_factors == ()
+    monkeypatch.setattr(module, "BUILD_BYTES_PER_S", 1e9)
+    _, report = module.refine(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter() + 60)
+    assert fake.calls > 0 and report["rounds"]
