@@ -104,13 +104,17 @@ class RobustObjective(Objective):
       regret), the worst of them kept, in milliseconds of the step at scale 1;
     - each table's lookups off by its own error: a cut's pieces add, in expectation, what their
       variance adds to the slowest rank (``variance``: each table's weight on its pieces'
-      squared milliseconds, forward and backward), passed in as the plan's ``penalty``.
+      squared milliseconds, forward and backward), passed in as the plan's ``penalty``;
+    - that error leaning with the tables' shapes: ``makeup`` gives each table its lookups'
+      factor under each of a few variants of the model (``search/makeup.py`` evens the ranks'
+      make-up under them).
     The nominal step breaks ties (``ROBUST_TIE``).
     """
 
     scales: tuple[float, ...] = (1.0,)
     balanced: tuple[float, float] = (1.0, 0.0)  # (lookups, all-to-alls) of a balanced plan's step
     variance: tuple[tuple[str, float, float], ...] = ()
+    makeup: tuple[tuple[str, tuple[float, ...]], ...] = ()  # table -> its factor in each variant
 
     @property
     def robust(self) -> bool:

@@ -42,6 +42,7 @@ from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import workload_candidates
 from shardopt.search.greedy import GreedySearch
 from shardopt.search.ilp_model import IlpModel
+from shardopt.search.makeup import even_makeup
 from shardopt.search.repair import repaired
 
 REPAIR_SHARE = 0.2  # of the time limit, for re-scoring and repairing the solver's plan
@@ -96,8 +97,12 @@ class IlpSearch:
         result = dataclasses.replace(result, lower_bound_ms=min(result.lower_bound_ms, self._possible_ms))
         # The repair's wall-clock guard counts from its own start (repair.WALL_GUARD): at scale the
         # search alone can outlast this one's guard, and a repair cut at once differed between runs.
-        return repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
-                        objective=self.objective)
+        result = repaired(workload, cost_model, result, max(0.2, self.time_limit_s * REPAIR_SHARE),
+                          objective=self.objective)
+        tables, moves = even_makeup(workload, cost_model, result.tables, self.objective)
+        if not moves:
+            return result
+        return dataclasses.replace(result, tables=tables, algorithm=result.algorithm + "+makeup")
 
     def _solver(self, work_s: float, wall_s: float, lns_only: bool) -> cp_model.CpSolver:
         """A solver stopped by ``work_s`` deterministic seconds (the wall clock only guards)."""
