@@ -1,6 +1,6 @@
 """Ranks alike in make-up: the robust search's last step.
 
-On a machine the model never saw, its error per table is large (33-47% log-sd on one CPU) and
+On a machine the model never saw, its error per table is large (34-47% log-sd on one CPU) and
 leans with the tables' shapes (``benchmarks/table_error.py``); a plan balanced on the model's
 figures then leaves one rank slow, whichever way the error leans. Ranks that hold the same mix of
 shapes stay level under such an error. So, under a robust objective that carries shape variants of
@@ -12,6 +12,7 @@ input gives the same plan.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -221,6 +222,4 @@ def even_makeup(workload: Workload, model: CostModel, tables: Sequence[TablePlan
     for (ti, si), rank in zip(s.index, s.rank):
         old = placed[ti][si]
         placed[ti][si] = Shard(rank=int(rank), offsets=old.offsets, sizes=old.sizes)
-    return tuple(TablePlan(name=tp.name, sharding_type=tp.sharding_type, shards=tuple(placed[ti]),
-                           compute_kernel=tp.compute_kernel, cache_load_factor=tp.cache_load_factor,
-                           replicated_rows=tp.replicated_rows) for ti, tp in enumerate(tables)), moves
+    return tuple(replace(tp, shards=tuple(placed[ti])) for ti, tp in enumerate(tables)), moves
