@@ -1,7 +1,7 @@
 """Why plans lose to TorchRec where they do: four replayed diagnostics on tasks other than the
 held-out ones (seeds 2000.. by default), each printing one line per task.
 
-    python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--rounds 7] [--calibrated FILE]
+    python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--regimes compute,comm,hot] [--rounds 7] [--calibrated FILE]
 
 - ``rank-error``: the packaged model's per-rank compute error here (log of measured over predicted,
   less the plan's mean: what unbalances ranks) beside the per-rank spread its doubt implies
@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models"))
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--per-regime", type=int, default=4)
+    parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: all)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calibrated", help="a `shardopt calibrate` model file (models)")
     args = parser.parse_args()
@@ -102,7 +103,7 @@ def main() -> None:
     variants = _variant_maker(args)
 
     started, ratios, spread = time.perf_counter(), {}, {"measured": [], "doubt": []}
-    for regime in REGIMES:
+    for regime in args.regimes.split(","):
         for i in range(args.per_regime):
             task = regime_task(regime, args.seed + i)
             w = task.workload
