@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from shardopt.arithmetic.traffic import rank_comm_from_all_to_all
-from shardopt.core.errors import ShardoptError
+from shardopt.core.errors import ShardoptError, check_interrupted
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
 from shardopt.costmodel.comm_curve import CommCurves
@@ -214,6 +214,7 @@ class PlanReplay:
         fwd = bwd = fwd_spread = bwd_spread = 0.0
         for kernel in kernels:
             m = kernel.time(warmup, iters)
+            check_interrupted()  # a Ctrl-C that landed in a finalizer was swallowed: stop here
             fwd += m.fwd.median_us / 1e3
             bwd += m.bwd.median_us / 1e3
             fwd_spread += (m.fwd.p75_us - m.fwd.p25_us) / 1e3

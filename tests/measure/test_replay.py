@@ -139,3 +139,19 @@ def test_a_kernel_is_fed_a_new_batch_each_iteration(good):
     assert torch.equal(outputs[0], outputs[DISTINCT_BATCHES])  # the cycle comes round (no update ran)
     with pytest.raises(ValueError, match="one Bags per kernel spec"):
         PreparedKernel([], [[first]], backend="fbgemm", device="cpu", precision="fp32")
+
+
+def test_an_interrupt_swallowed_where_it_landed_still_stops_the_replay(good, monkeypatch):
+    """Python swallows a Ctrl-C raised inside a finalizer; the CLI's handler notes it, and replay
+    checks the note after each kernel, so the command stops rather than run its timings out."""
+    import shardopt.core.errors as errors
+    from shardopt.measure.replay import replay_plan
+
+    workload, plan = good
+    calls = []
+    monkeypatch.setattr(errors, "_interrupted", True)
+    with pytest.raises(KeyboardInterrupt):
+        replay_plan(workload, plan, warmup=1, iters=1, progress=calls.append)
+    assert calls == []  # stopped within the first rank
+    monkeypatch.setattr(errors, "_interrupted", False)
+    assert len(replay_plan(workload, plan, warmup=1, iters=1).ranks) == workload.topology.world_size
