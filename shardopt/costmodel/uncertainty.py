@@ -12,9 +12,9 @@ timings, so the same model and workload give the same doubt on any machine:
 
 - that error leans with the tables' shapes (measured on a CPU the packaged model never saw:
   the shape explained 15% of the per-table spread forward, 46% backward,
-  ``benchmarks/table_error.py``): each of ``MAKEUP_AXES`` (log rows, dimension, pooling, each
-  standardised over the workload's tables) tilts every table's lookups by exp(+-sigma z), the
-  doubt's typical table error, a variant of the model per axis and sign.
+  ``benchmarks/table_error.py``): along each shape axis (log rows, dimension, pooling, each
+  standardised over the workload's tables), :func:`makeup_variants` tilts every table's lookups
+  by exp(+-sigma z), sigma the doubt's typical table error: a variant of the model per axis and sign.
 
 The robust search (``--robust``) minimises the step under that doubt
 (:class:`~shardopt.contracts.RobustObjective`); every plan reports its step at each scale and the

@@ -28,7 +28,7 @@ from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
-from shardopt.measure.replay import replay_side_by_side
+from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
 ROUNDS = 3  # interleaved timings of each rank per measured plan (medians)
@@ -38,7 +38,7 @@ SEED = 7919  # the refinement's batches: not the seed-0 batches replay and the b
 # Before any round is measured, a round's time is guessed from the model: each rank timed
 # (warm-up and timed iterations of its predicted lookups) ROUNDS times, plus building its kernels
 # (weights and optimizer state written at BUILD_BYTES_PER_S), with MARGIN for what is not counted.
-TIMED_ITERS = 2 + 5  # replay_side_by_side's warm-up and timed iterations
+TIMED_ITERS = SIDE_BY_SIDE_WARMUP + SIDE_BY_SIDE_ITERS  # each rank's runs in one round
 BUILD_BYTES_PER_S = 1e9
 MARGIN = 2.0
 

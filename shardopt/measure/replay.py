@@ -37,6 +37,9 @@ from shardopt.core.workload import Workload
 # A 2-core VM's timings wander by several percent; ten iterations keep two replays within a few.
 REPLAY_WARMUP = 3
 REPLAY_ITERS = 10
+# Side by side each rank is timed once per round, so a round's timing can be shorter.
+SIDE_BY_SIDE_WARMUP = 2
+SIDE_BY_SIDE_ITERS = 5
 # Kernels (weights and optimizer state of every plan's shards) a side-by-side window may hold at once.
 SIDE_BY_SIDE_MEMORY_BYTES = 6 * 2**30
 
@@ -282,8 +285,8 @@ def replay_side_by_side(
     rounds: int,
     *,
     comm: Optional[CommSource] = None,
-    warmup: int = 2,
-    iters: int = 5,
+    warmup: int = SIDE_BY_SIDE_WARMUP,
+    iters: int = SIDE_BY_SIDE_ITERS,
     memory_bytes: int = SIDE_BY_SIDE_MEMORY_BYTES,
     seed: int = 0,
     device: str = "cpu",
