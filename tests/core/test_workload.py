@@ -90,3 +90,22 @@ def test_error_is_a_shardopt_error_in_the_api():
             },
             "x.yaml",
         )
+
+
+@pytest.mark.parametrize("parser", ["libyaml", "python"])
+@pytest.mark.parametrize("depth, ok", [(64, True), (65, False), (5000, False)])
+def test_yaml_nesting_is_bounded_at_max_depth_with_either_parser(tmp_path, monkeypatch, parser, depth, ok):
+    """The depth limit holds on the composed nodes, whichever parser PyYAML has (libyaml's stops
+    at 1000 levels on its own and says so in its words: the user reads ours)."""
+    from shardopt.core import loaders
+
+    if parser == "python":
+        monkeypatch.setattr(loaders, "_LimitedLoader", type("Python", (loaders._Limits, yaml.SafeLoader), {}))
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * (depth - 1) + "]" * (depth - 1) + "\n")  # the top mapping is a level
+    if ok:
+        data, _ = loaders.load_yaml(path, "workload")
+        assert list(data) == ["a"]
+    else:
+        with pytest.raises(ShardoptError, match=r"deep.yaml: malformed YAML: line 1: nested more than 64 levels deep$"):
+            loaders.load_yaml(path, "workload")
