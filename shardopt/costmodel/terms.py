@@ -11,8 +11,6 @@ hardware profile, the calibrated one fits them to measurements.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-
 import numpy as np
 
 from shardopt.arithmetic.access import cache_buckets, row_buckets
@@ -109,10 +107,43 @@ def kernel_cache(
     return cache_times(hw, rows), span
 
 
-@lru_cache(maxsize=1 << 16)
-def _alone_times(hw: Hardware, table: Table, rows: int, cols: int, lookups: float, optimizer: str):
-    """Cache times of a shard with the caches to itself (searches ask for the same ones often)."""
-    return cache_times(hw, [cache_rows(hw, table, rows, cols, lookups=lookups, optimizer=optimizer)])
+class _TableContext:
+    """What :func:`shard_terms` reads of one table on one machine, gathered once: a search prices
+    tens of thousands of pieces of a thousand tables, and hashing the table and the hardware (the
+    keys of cached lookups) cost as much as the arithmetic."""
+
+    __slots__ = ("table", "hw", "optimizer", "buckets", "counts", "probs", "features", "half", "lines", "alone")
+
+    def __init__(self, hw: Hardware, table: Table, optimizer: str) -> None:
+        self.table, self.hw, self.optimizer = table, hw, optimizer
+        self.buckets = row_buckets(table)
+        coarse = cache_buckets(table)
+        self.counts, self.probs = coarse.counts, coarse.probs
+        self.features = len(table.features)
+        self.half = table.data_type in ("fp16", "bf16")
+        self.lines: dict[int, tuple[int, int]] = {}  # cols -> _row_bytes
+        self.alone: dict[tuple, tuple[float, float]] = {}  # (rows, cols, lookups) -> cache times alone
+
+    def row_bytes(self, cols: int) -> tuple[int, int]:
+        held = self.lines.get(cols)
+        if held is None:
+            held = self.lines[cols] = _row_bytes(self.hw, self.table, cols, self.optimizer)
+        return held
+
+
+_CONTEXTS: dict[tuple[int, int, str], _TableContext] = {}
+_CONTEXTS_MAX = 1 << 14
+
+
+def _context(hw: Hardware, table: Table, optimizer: str) -> _TableContext:
+    """The table's context, by identity (the context holds both objects, so no id is reused while
+    it lives)."""
+    held = _CONTEXTS.get((id(hw), id(table), optimizer))
+    if held is None or held.hw is not hw or held.table is not table:
+        if len(_CONTEXTS) >= _CONTEXTS_MAX:
+            _CONTEXTS.clear()
+        held = _CONTEXTS[(id(hw), id(table), optimizer)] = _TableContext(hw, table, optimizer)
+    return held
 
 
 def shard_terms(
@@ -135,29 +166,32 @@ def shard_terms(
     shard shares with the rest of its kernel (:func:`cache_times` over all its shards), and
     ``kernel_bytes`` the kernel's whole footprint; without them the shard runs alone.
     """
+    ctx = _context(hw, table, optimizer)
     row_frac = rows / table.num_embeddings
-    row_bytes, state_bytes = _row_bytes(hw, table, cols, optimizer)
-    buckets = row_buckets(table)
-    cached = cache_rows(hw, table, rows, cols, lookups=lookups, optimizer=optimizer)
-    alone = _alone_times(hw, table, rows, cols, lookups, optimizer)
+    row_bytes, state_bytes = ctx.row_bytes(cols)
+    # As cache_rows(): the shard's rows per access bucket, as a shared cache sees them.
+    share = ctx.counts * row_frac
+    cached = CacheRows(bytes=share * (row_bytes + state_bytes), rate=ctx.probs * (lookups / row_frac))
+    alone = ctx.alone.get((rows, cols, lookups))
+    if alone is None:
+        alone = ctx.alone[(rows, cols, lookups)] = cache_times(hw, [cached])
     # Sharing the caches can only shorten the shard's characteristic times.
     near_time, llc_time = alone if cache_time is None else (min(a, b) for a, b in zip(alone, cache_time))
     # Distinct rows drawn per bucket this iteration; repeats within the iteration hit the cache,
     # first draws hit if the row was drawn within the cache's characteristic time.
-    coarse = cache_buckets(table)
-    unique_rows = coarse.counts * row_frac * -np.expm1(-cached.rate)
+    unique_rows = share * -np.expm1(-cached.rate)
     unique = float(unique_rows.sum())
     repeats = max(lookups - unique, 0.0)
     near = (repeats + dot(unique_rows, cached.hit(near_time))) / lookups if lookups > 0 else 0.0
     hit = (repeats + dot(unique_rows, cached.hit(llc_time))) / lookups if lookups > 0 else 0.0
     near = min(near, hit)
-    in_memory = _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor)
+    in_memory = _device_share(rows, row_frac, compute_kernel, ctx.buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
     # Rows left in host memory (UVM) leave the GPU's caches between iterations (the backward writes
     # them back over the host link): each distinct row drawn is read over the link once per iteration.
     host_miss_bytes = unique * row_bytes * (1 - in_memory)
     # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
-    outputs = samples * len(table.features) if table.pooled else lookups
+    outputs = samples * ctx.features if table.pooled else lookups
     # The backward pass updates each drawn row less than an iteration after the forward read it:
     # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
     update_hit = min(1.0, llc_time)
@@ -168,33 +202,34 @@ def shard_terms(
     span = max(rows * row_bytes, kernel_bytes or 0.0, 1.0)
     far = max(0.0, math.log2(span / hw.cache_bytes))
     # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
-    half = table.data_type in ("fp16", "bf16")
-    fwd = dict.fromkeys(FWD_TERMS, 0.0)
-    fwd.update(
-        table=1.0,
-        lookup=lookups,
-        index_bytes=lookups * INDEX_BYTES,
-        hit_bytes=lookups * row_bytes * near,
-        llc_bytes=lookups * row_bytes * (hit - near),
-        accum_bytes=lookups * cols * OUTPUT_BYTES if table.pooled else 0.0,  # summing rows into bags
-        uvm_miss_bytes=host_miss_bytes,
-        out_bytes=outputs * cols * OUTPUT_BYTES,  # a pooled row per feature, or a row per id
-        miss_bytes_far=miss_bytes * in_memory * far,
-    )
-    fwd["miss_bytes_half" if half else f"miss_bytes_d{dim_class(cols)}"] = miss_bytes * in_memory
-    bwd = dict.fromkeys(BWD_TERMS, 0.0)
-    bwd.update(
-        table=1.0,
-        lookup=2 * lookups,
-        index_bytes=2 * lookups * INDEX_BYTES,
-        out_bytes=outputs * cols * OUTPUT_BYTES,
-        accum_bytes=lookups * cols * OUTPUT_BYTES,
-        update_hit_bytes=update_bytes * update_hit,
-        uvm_update_bytes=update_bytes * (1 - in_memory),  # written back to host memory each iteration
-        update_bytes_far=update_miss * in_memory * far,
-    )
-    bwd["update_bytes_half" if half else f"update_bytes_d{dim_class(cols)}"] = update_miss * in_memory
-    return np.array([fwd[k] for k in FWD_TERMS]), np.array([bwd[k] for k in BWD_TERMS])
+    fwd_miss = [0.0] * (len(DIM_CLASSES) + 1)  # per dim class, then 16-bit rows
+    fwd_miss[-1 if ctx.half else DIM_CLASSES.index(dim_class(cols))] = miss_bytes * in_memory
+    fwd = [
+        1.0,  # table
+        lookups,  # lookup
+        lookups * INDEX_BYTES,  # index_bytes
+        lookups * row_bytes * near,  # hit_bytes
+        lookups * row_bytes * (hit - near),  # llc_bytes
+        lookups * cols * OUTPUT_BYTES if table.pooled else 0.0,  # accum_bytes: summing rows into bags
+        *fwd_miss,  # miss_bytes_d*, miss_bytes_half
+        miss_bytes * in_memory * far,  # miss_bytes_far
+        host_miss_bytes,  # uvm_miss_bytes
+        outputs * cols * OUTPUT_BYTES,  # out_bytes: a pooled row per feature, or a row per id
+    ]
+    bwd_update = [0.0] * (len(DIM_CLASSES) + 1)
+    bwd_update[-1 if ctx.half else DIM_CLASSES.index(dim_class(cols))] = update_miss * in_memory
+    bwd = [
+        1.0,  # table
+        2 * lookups,  # lookup
+        2 * lookups * INDEX_BYTES,  # index_bytes
+        outputs * cols * OUTPUT_BYTES,  # out_bytes
+        lookups * cols * OUTPUT_BYTES,  # accum_bytes
+        update_bytes * update_hit,  # update_hit_bytes
+        *bwd_update,  # update_bytes_d*, update_bytes_half
+        update_miss * in_memory * far,  # update_bytes_far
+        update_bytes * (1 - in_memory),  # uvm_update_bytes: written back to host memory each iteration
+    ]
+    return np.array(fwd), np.array(bwd)
 
 
 def _device_share(rows, row_frac, compute_kernel, buckets, cache_load_factor=None) -> float:
