@@ -65,6 +65,10 @@ class _Items:
         self.rank, self.table = rank, table
         self.load, self.free, self.free_ddr = load, free, free_ddr
         self.local = workload.topology.ranks_per_host
+        # Each table's items (fixed: moves change ranks, not tables), for the one-piece-per-rank rule.
+        by_table = np.argsort(table, kind="stable")
+        bounds = np.searchsorted(table[by_table], np.arange(len(self.plan) + 1))
+        self._of_table = [by_table[bounds[t]:bounds[t + 1]] for t in range(len(self.plan))]
 
     @classmethod
     def of(cls, workload: Workload, model: CostModel, tables: Sequence[TablePlan],
@@ -108,6 +112,7 @@ class _Items:
         self._order = np.argsort(-self.load, axis=0, kind="stable")[:3]  # (<=3, phases): the slowest ranks
         self._top = np.take_along_axis(self.load, self._order, axis=0)
         gaps = (peaks - self.load.mean(axis=0)) * np.array(self.objective.phase_weights(peaks, self.penalty))
+        others: dict[int, np.ndarray] = {}  # per slowest rank: _others_max over every destination
         for k in sorted(range(len(PHASES)), key=lambda k: (-gaps[k], k)):
             src = int(np.argmax(self.load[:, k]))
             on_src = np.flatnonzero(self.rank == src)
@@ -115,8 +120,13 @@ class _Items:
             light = np.zeros(len(self.load), dtype=bool)
             light[np.argsort(self.load[:, k], kind="stable")[:SWAP_RANKS]] = True
             partners = np.flatnonzero(light[self.rank])
+            if src not in others:
+                others[src] = self._others_max(src, np.arange(len(self.load)))
+            src_tables = np.zeros(len(self.plan), dtype=bool)
+            src_tables[self.table[on_src]] = True
+            swaps = (partners, self._others_max(src, self.rank[partners]), src_tables)
             for i in sorted(on_src, key=lambda i: (-self.cost[i, k], i))[:ITEMS_TRIED]:
-                for score, partner in (self._move(int(i), src), self._swap(int(i), src, partners)):
+                for score, partner in (self._move(int(i), src, others[src]), self._swap(int(i), src, *swaps)):
                     if score < step - _EPS and (best is None or score < best[0] - _EPS):
                         best = (score, int(i), partner)
             if best is not None:
@@ -136,25 +146,29 @@ class _Items:
         second_load = np.where(second, top, -np.inf).max(axis=0)
         return np.where(dest[:, None] == first_rank[None, :], second_load[None, :], first_load[None, :])
 
-    def _move(self, i: int, src: int) -> tuple[float, int | None]:
-        """The best destination for item ``i``: (step after, rank), or (inf, None)."""
+    def _move(self, i: int, src: int, others: np.ndarray) -> tuple[float, int | None]:
+        """The best destination for item ``i``: (step after, rank), or (inf, None); ``others`` is
+        ``_others_max(src, every rank)``."""
         world = len(self.load)
         dest = np.arange(world)
         hosts = dest // self.local
         ok = (dest != src) & (self.free >= self.hbm[i])
         ok &= (hosts == src // self.local) | (self.free_ddr[hosts] >= self.ddr[i])
-        ok[self.rank[self.table == self.table[i]]] = False  # pieces of one table on distinct ranks
+        ok[self.rank[self._of_table[self.table[i]]]] = False  # pieces of one table on distinct ranks
         if not ok.any():
             return np.inf, None
         after_src = self.load[src] - self.cost[i]
         after_dest = self.load + self.cost[i]
-        peaks = np.maximum(np.maximum(self._others_max(src, dest), after_src[None, :]), after_dest)
+        peaks = np.maximum(np.maximum(others, after_src[None, :]), after_dest)
         step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
         d = int(np.argmin(step))
         return float(step[d]), d
 
-    def _swap(self, i: int, src: int, partners: np.ndarray) -> tuple[float, int | None]:
-        """The best of ``partners`` to swap item ``i`` with: (step after, item), or (inf, None)."""
+    def _swap(self, i: int, src: int, partners: np.ndarray, others: np.ndarray,
+              src_tables: np.ndarray) -> tuple[float, int | None]:
+        """The best of ``partners`` to swap item ``i`` with: (step after, item), or (inf, None);
+        ``others`` is ``_others_max(src, the partners' ranks)``, ``src_tables`` the tables ``src``
+        holds a piece of."""
         if not len(partners):
             return np.inf, None
         dest, hbm, ddr, cost = self.rank[partners], self.hbm[partners], self.ddr[partners], self.cost[partners]
@@ -164,17 +178,15 @@ class _Items:
         cross = hosts != src_host
         ok &= ~cross | ((self.free_ddr[src_host] + self.ddr[i] - ddr >= 0)
                         & (self.free_ddr[hosts] + ddr - self.ddr[i] >= 0))
-        on_src = np.zeros(len(self.plan), dtype=bool)
-        on_src[self.table[self.rank == src]] = True
-        ok &= ~on_src[self.table[partners]]  # src holds none of the partner's table
+        ok &= ~src_tables[self.table[partners]]  # src holds none of the partner's table
         holds_i = np.zeros(len(self.load), dtype=bool)
-        holds_i[self.rank[self.table == self.table[i]]] = True
+        holds_i[self.rank[self._of_table[self.table[i]]]] = True
         ok &= ~holds_i[dest]  # nor the partner's rank any of item i's
         if not ok.any():
             return np.inf, None
         after_src = self.load[src][None, :] - self.cost[i][None, :] + cost
         after_dest = self.load[dest] - cost + self.cost[i][None, :]
-        peaks = np.maximum(np.maximum(self._others_max(src, dest), after_src), after_dest)
+        peaks = np.maximum(np.maximum(others, after_src), after_dest)
         step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
         j = int(np.argmin(step))
         return float(step[j]), -1 - int(partners[j])  # partners are told from ranks by sign
