@@ -19,7 +19,7 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
 from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
-from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_terms
+from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_basis, terms_in_cache
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.exact import dot, settled
 from shardopt.arithmetic.memory import shard_memory
@@ -135,28 +135,30 @@ class AnalyticCostModel(CostModel):
         return held[1]
 
     def _shard_cost(self, workload, hw, spec: ShardSpec, cache) -> ShardCost:
-        table, sharding_type, rows, cols = spec.table, spec.sharding_type, spec.rows, spec.cols
-        compute_kernel, cache_load_factor = spec.compute_kernel, spec.cache_load_factor
-        lookups = shard_lookups(workload, table, sharding_type, rows)
-        fwd_terms, bwd_terms = shard_terms(
-            hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
-            optimizer=workload.optimizer, compute_kernel=compute_kernel,
-            cache_load_factor=cache_load_factor, cache_time=cache[0], kernel_bytes=cache[1],
-        )
+        basis, (f_fwd, f_bwd), (fwd_comm_s, bwd_comm_s), memory = self._basis(workload, hw, spec)
+        fwd_terms, bwd_terms = terms_in_cache(hw, basis, cache[0], cache[1])
         fwd_coef, bwd_coef = self._coefficients(hw)
-        fwd_comm_s, bwd_comm_s = self._comm_seconds(
-            workload, hw, sharding_type, rows, cols, lookups, len(table.features)
-        )
-        memory = shard_memory(workload.optimizer, spec)
-        f_fwd, f_bwd = factor_of(self.calibration.table_factors if self.calibration else (), table)
-        return ShardCost(
-            fwd_compute_ms=settled(dot(fwd_terms, fwd_coef) * 1e3 * f_fwd),
-            bwd_compute_ms=settled(dot(bwd_terms, bwd_coef) * 1e3 * f_bwd),
-            fwd_comm_ms=fwd_comm_s * 1e3,
-            bwd_comm_ms=bwd_comm_s * 1e3,
-            hbm_bytes=memory.hbm_bytes,
-            ddr_bytes=memory.ddr_bytes,
-        )
+        return ShardCost(settled(dot(fwd_terms, fwd_coef) * 1e3 * f_fwd), settled(dot(bwd_terms, bwd_coef) * 1e3 * f_bwd),
+                         fwd_comm_s * 1e3, bwd_comm_s * 1e3, memory.hbm_bytes, memory.ddr_bytes)
+
+    def _basis(self, workload, hw, spec: ShardSpec) -> tuple:
+        """What pricing ``spec`` needs but its kernel's caches, once per shard (a search prices it
+        on an average rank, alone and in every kernel it tries), keyed by its table's identity."""
+        table, sharding_type, rows, cols = spec.table, spec.sharding_type, spec.rows, spec.cols
+        key = ("basis", id(table), sharding_type, rows, cols, spec.compute_kernel, spec.cache_load_factor)
+        memo = self._memo(workload)
+        held = memo.get(key)
+        if held is None or held[0].table is not table:  # the basis holds its table: no id reused
+            lookups = shard_lookups(workload, table, sharding_type, rows)
+            held = memo[key] = (
+                shard_basis(hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
+                            optimizer=workload.optimizer, compute_kernel=spec.compute_kernel,
+                            cache_load_factor=spec.cache_load_factor),
+                factor_of(self.calibration.table_factors if self.calibration else (), table),
+                self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups, len(table.features)),
+                shard_memory(workload.optimizer, spec),
+            )
+        return held
 
     def _average_rank_cache(self, workload: Workload, hw: Hardware) -> tuple[tuple[float, float], float]:
         """(cache times, footprint) of a rank holding a balanced share of every table.

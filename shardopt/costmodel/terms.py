@@ -146,6 +146,52 @@ def _context(hw: Hardware, table: Table, optimizer: str) -> _TableContext:
     return held
 
 
+class ShardBasis:
+    """A shard's terms before its kernel's caches are known: everything but the characteristic
+    times. A search prices one shard on an average rank, alone (a bound's floor) and in the
+    kernels of the ranks it tries, and only the caches differ between them."""
+
+    __slots__ = ("table", "cols", "lookups", "row_bytes", "cached", "alone", "unique_rows", "unique",
+                 "in_memory", "outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed", "bwd_fixed")
+
+    def __init__(self, hw: Hardware, table: Table, rows: int, cols: int, lookups: float, samples: int,
+                 optimizer: str, compute_kernel: str, cache_load_factor: float | None) -> None:
+        ctx = _context(hw, table, optimizer)
+        row_frac = rows / table.num_embeddings
+        row_bytes, state_bytes = ctx.row_bytes(cols)
+        # As cache_rows(): the shard's rows per access bucket, as a shared cache sees them.
+        share = ctx.counts * row_frac
+        cached = CacheRows(bytes=share * (row_bytes + state_bytes), rate=ctx.probs * (lookups / row_frac))
+        alone = ctx.alone.get((rows, cols, lookups))
+        if alone is None:
+            alone = ctx.alone[(rows, cols, lookups)] = cache_times(hw, [cached])
+        # Distinct rows drawn per bucket this iteration; repeats within the iteration hit the cache,
+        # first draws hit if the row was drawn within the cache's characteristic time.
+        unique_rows = share * -np.expm1(-cached.rate)
+        unique = float(unique_rows.sum())
+        in_memory = _device_share(rows, row_frac, compute_kernel, ctx.buckets, cache_load_factor)
+        self.table, self.cols, self.lookups, self.row_bytes = table, cols, lookups, row_bytes
+        self.cached, self.alone, self.unique_rows, self.unique = cached, alone, unique_rows, unique
+        self.in_memory = in_memory
+        # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
+        self.outputs = samples * ctx.features if table.pooled else lookups
+        self.update_bytes = unique * 2 * (row_bytes + state_bytes)
+        self.rows_span = rows * row_bytes
+        # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
+        self.miss_slot = -1 if ctx.half else DIM_CLASSES.index(dim_class(cols))
+        # Rows left in host memory (UVM) leave the GPU's caches between iterations (the backward writes
+        # them back over the host link): each distinct row drawn is read over the link once per iteration.
+        self.fwd_fixed = (unique * row_bytes * (1 - in_memory), self.outputs * cols * OUTPUT_BYTES)
+        self.bwd_fixed = self.update_bytes * (1 - in_memory)  # written back to host memory each iteration
+
+
+def shard_basis(
+    hw: Hardware, table: Table, rows: int, cols: int, *, lookups: float, samples: int,
+    optimizer: str = "rowwise_adagrad", compute_kernel: str = "fused", cache_load_factor: float | None = None,
+) -> ShardBasis:
+    return ShardBasis(hw, table, rows, cols, lookups, samples, optimizer, compute_kernel, cache_load_factor)
+
+
 def shard_terms(
     hw: Hardware,
     table: Table,
@@ -166,68 +212,56 @@ def shard_terms(
     shard shares with the rest of its kernel (:func:`cache_times` over all its shards), and
     ``kernel_bytes`` the kernel's whole footprint; without them the shard runs alone.
     """
-    ctx = _context(hw, table, optimizer)
-    row_frac = rows / table.num_embeddings
-    row_bytes, state_bytes = ctx.row_bytes(cols)
-    # As cache_rows(): the shard's rows per access bucket, as a shared cache sees them.
-    share = ctx.counts * row_frac
-    cached = CacheRows(bytes=share * (row_bytes + state_bytes), rate=ctx.probs * (lookups / row_frac))
-    alone = ctx.alone.get((rows, cols, lookups))
-    if alone is None:
-        alone = ctx.alone[(rows, cols, lookups)] = cache_times(hw, [cached])
+    basis = ShardBasis(hw, table, rows, cols, lookups, samples, optimizer, compute_kernel, cache_load_factor)
+    return terms_in_cache(hw, basis, cache_time, kernel_bytes)
+
+
+def terms_in_cache(
+    hw: Hardware, basis: ShardBasis, cache_time: tuple[float, float] | None = None, kernel_bytes: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`shard_terms` of a shard's basis in a kernel whose caches have ``cache_time``."""
+    b = basis
+    lookups, row_bytes, cols, in_memory = b.lookups, b.row_bytes, b.cols, b.in_memory
     # Sharing the caches can only shorten the shard's characteristic times.
-    near_time, llc_time = alone if cache_time is None else (min(a, b) for a, b in zip(alone, cache_time))
-    # Distinct rows drawn per bucket this iteration; repeats within the iteration hit the cache,
-    # first draws hit if the row was drawn within the cache's characteristic time.
-    unique_rows = share * -np.expm1(-cached.rate)
-    unique = float(unique_rows.sum())
-    repeats = max(lookups - unique, 0.0)
-    near = (repeats + dot(unique_rows, cached.hit(near_time))) / lookups if lookups > 0 else 0.0
-    hit = (repeats + dot(unique_rows, cached.hit(llc_time))) / lookups if lookups > 0 else 0.0
+    near_time, llc_time = b.alone if cache_time is None else (min(x, y) for x, y in zip(b.alone, cache_time))
+    repeats = max(lookups - b.unique, 0.0)
+    near = (repeats + dot(b.unique_rows, b.cached.hit(near_time))) / lookups if lookups > 0 else 0.0
+    hit = (repeats + dot(b.unique_rows, b.cached.hit(llc_time))) / lookups if lookups > 0 else 0.0
     near = min(near, hit)
-    in_memory = _device_share(rows, row_frac, compute_kernel, ctx.buckets, cache_load_factor)
     miss_bytes = lookups * row_bytes * (1 - hit)
-    # Rows left in host memory (UVM) leave the GPU's caches between iterations (the backward writes
-    # them back over the host link): each distinct row drawn is read over the link once per iteration.
-    host_miss_bytes = unique * row_bytes * (1 - in_memory)
-    # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
-    outputs = samples * ctx.features if table.pooled else lookups
     # The backward pass updates each drawn row less than an iteration after the forward read it:
     # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
     update_hit = min(1.0, llc_time)
-    update_bytes = unique * 2 * (row_bytes + state_bytes)
-    update_miss = update_bytes * (1 - update_hit)
+    update_miss = b.update_bytes * (1 - update_hit)
     # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term growing with log2 of how many
     # cache sizes the kernel spans (its tables share the TLB as the cache) bends bandwidth with footprint.
-    span = max(rows * row_bytes, kernel_bytes or 0.0, 1.0)
+    span = max(b.rows_span, kernel_bytes or 0.0, 1.0)
     far = max(0.0, math.log2(span / hw.cache_bytes))
-    # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
     fwd_miss = [0.0] * (len(DIM_CLASSES) + 1)  # per dim class, then 16-bit rows
-    fwd_miss[-1 if ctx.half else DIM_CLASSES.index(dim_class(cols))] = miss_bytes * in_memory
+    fwd_miss[b.miss_slot] = miss_bytes * in_memory
     fwd = [
         1.0,  # table
         lookups,  # lookup
         lookups * INDEX_BYTES,  # index_bytes
         lookups * row_bytes * near,  # hit_bytes
         lookups * row_bytes * (hit - near),  # llc_bytes
-        lookups * cols * OUTPUT_BYTES if table.pooled else 0.0,  # accum_bytes: summing rows into bags
+        lookups * cols * OUTPUT_BYTES if b.table.pooled else 0.0,  # accum_bytes: summing rows into bags
         *fwd_miss,  # miss_bytes_d*, miss_bytes_half
         miss_bytes * in_memory * far,  # miss_bytes_far
-        host_miss_bytes,  # uvm_miss_bytes
-        outputs * cols * OUTPUT_BYTES,  # out_bytes: a pooled row per feature, or a row per id
+        *b.fwd_fixed,  # uvm_miss_bytes; out_bytes: a pooled row per feature, or a row per id
     ]
     bwd_update = [0.0] * (len(DIM_CLASSES) + 1)
-    bwd_update[-1 if ctx.half else DIM_CLASSES.index(dim_class(cols))] = update_miss * in_memory
+    bwd_update[b.miss_slot] = update_miss * in_memory
     bwd = [
         1.0,  # table
         2 * lookups,  # lookup
         2 * lookups * INDEX_BYTES,  # index_bytes
-        outputs * cols * OUTPUT_BYTES,  # out_bytes
+        b.outputs * cols * OUTPUT_BYTES,  # out_bytes
         lookups * cols * OUTPUT_BYTES,  # accum_bytes
-        update_bytes * update_hit,  # update_hit_bytes
+        b.update_bytes * update_hit,  # update_hit_bytes
         *bwd_update,  # update_bytes_d*, update_bytes_half
         update_miss * in_memory * far,  # update_bytes_far
-        update_bytes * (1 - in_memory),  # uvm_update_bytes: written back to host memory each iteration
+        b.bwd_fixed,  # uvm_update_bytes
     ]
     return np.array(fwd), np.array(bwd)
 
