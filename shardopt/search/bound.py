@@ -60,9 +60,10 @@ def _bound(
     it can stop).
     """
     curves = cost_model.comm_floor_ms(workload, CommBytes()) is not None
-    if possible:
-        candidates, piece_costs = _with_finest(workload, cost_model, candidates, piece_costs, whole_rows=curves)
     floor = cost_model.floor_below_cost  # the search priced shards on an average rank; a bound adds floors
+    if possible:
+        candidates, piece_costs = _with_finest(workload, cost_model, candidates, piece_costs, whole_rows=curves,
+                                               floor=floor)
     if floor:
         piece_costs = {
             name: [_floor_costs(workload, cost_model, c) for c in candidates[name]]
@@ -115,16 +116,17 @@ def _sum_and_largest(pieces: Sequence[ShardCost]) -> tuple[float, float]:
     return sum(totals[key] * n for key, n in counts.items()), max(totals.values())
 
 
-def _with_finest(workload, cost_model, candidates, piece_costs, whole_rows: bool = True):
-    """The offered candidates plus each table's finest cuts (:func:`finest_cuts`), with costs;
-    without ``whole_rows``, less the row-wise cut over every rank (:func:`_row_wise_everywhere`)."""
+def _with_finest(workload, cost_model, candidates, piece_costs, whole_rows: bool = True, floor: bool = False):
+    """The offered candidates plus each table's finest cuts (:func:`finest_cuts`), with costs (with
+    ``floor``, the added cuts' floors: the bound reads nothing else); without ``whole_rows``, less
+    the row-wise cut over every rank (:func:`_row_wise_everywhere`)."""
     out_c, out_p = {}, {}
     for table in workload.tables:
         cands, costs = list(candidates[table.name]), list(piece_costs[table.name])
         for cut in finest_cuts(workload, table, whole_rows=whole_rows):
             if cut not in cands:
                 cands.append(cut)
-                costs.append(costs_of(workload, cost_model, cut))
+                costs.append(_floor_costs(workload, cost_model, cut) if floor else costs_of(workload, cost_model, cut))
         out_c[table.name], out_p[table.name] = cands, costs
     return out_c, out_p
 
