@@ -70,9 +70,12 @@ class RowBuckets:
     def coarse(self, ratio: float = 1.5) -> "RowBuckets":
         """Neighbouring buckets whose per-row probabilities lie within ``ratio`` merged (mass kept):
         a few dozen buckets where a Zipf table has a thousand, for sums evaluated many times."""
+        probs = self.probs
+        if len(probs) > 1 and probs[-1] > 0 and bool(np.all(probs[1:] <= probs[:-1])):
+            return self._coarse_sorted(ratio)
         counts, masses = [], []
         head = None
-        for count, prob in zip(self.counts, self.probs):
+        for count, prob in zip(self.counts, probs):
             if head is not None and prob * ratio >= head and prob > 0:
                 counts[-1] += count
                 masses[-1] += count * prob
@@ -80,6 +83,24 @@ class RowBuckets:
                 head = prob
                 counts.append(float(count))
                 masses.append(float(count * prob))
+        c = np.array(counts)
+        return RowBuckets(c, np.array(masses) / c)
+
+    def _coarse_sorted(self, ratio: float) -> "RowBuckets":
+        """:meth:`coarse` of buckets hottest first, group by group: each group runs to the first
+        bucket below its head over ``ratio``, and sums in order as the loop does (cumsum is
+        sequential), so the floats are the loop's (a Zipf table's thousand buckets looped in Python
+        were a second of a 5000-table plan)."""
+        probs = self.probs
+        descending = -(probs * ratio)  # ascending, as searchsorted needs
+        products = self.counts * probs
+        counts, masses = [], []
+        start = 0
+        while start < len(probs):
+            end = int(np.searchsorted(descending, -probs[start], side="right"))
+            counts.append(float(np.cumsum(self.counts[start:end])[-1]))
+            masses.append(float(np.cumsum(products[start:end])[-1]))
+            start = end
         c = np.array(counts)
         return RowBuckets(c, np.array(masses) / c)
 
