@@ -124,11 +124,13 @@ class _Items:
                 others[src] = self._others_max(src, np.arange(len(self.load)))
             src_tables = np.zeros(len(self.plan), dtype=bool)
             src_tables[self.table[on_src]] = True
-            swaps = (partners, self._others_max(src, self.rank[partners]), src_tables)
-            for i in sorted(on_src, key=lambda i: (-self.cost[i, k], i))[:ITEMS_TRIED]:
-                for score, partner in (self._move(int(i), src, others[src]), self._swap(int(i), src, *swaps)):
+            items = np.array(sorted(on_src, key=lambda i: (-self.cost[i, k], i))[:ITEMS_TRIED], dtype=np.int64)
+            moves = self._moves(items, src, others[src])
+            swaps = self._swaps(items, src, partners, self._others_max(src, self.rank[partners]), src_tables)
+            for i, move, swap in zip(items.tolist(), moves, swaps):
+                for score, partner in (move, swap):
                     if score < step - _EPS and (best is None or score < best[0] - _EPS):
-                        best = (score, int(i), partner)
+                        best = (score, i, partner)
             if best is not None:
                 self._apply(best[1], best[2])
                 return True
@@ -146,50 +148,54 @@ class _Items:
         second_load = np.where(second, top, -np.inf).max(axis=0)
         return np.where(dest[:, None] == first_rank[None, :], second_load[None, :], first_load[None, :])
 
-    def _move(self, i: int, src: int, others: np.ndarray) -> tuple[float, int | None]:
-        """The best destination for item ``i``: (step after, rank), or (inf, None); ``others`` is
-        ``_others_max(src, every rank)``."""
+    def _moves(self, items: np.ndarray, src: int, others: np.ndarray) -> list[tuple[float, int | None]]:
+        """Per item, the best destination: (step after, rank), or (inf, None); ``others`` is
+        ``_others_max(src, every rank)``. The items are scored at once, each row as alone."""
         world = len(self.load)
         dest = np.arange(world)
         hosts = dest // self.local
-        ok = (dest != src) & (self.free >= self.hbm[i])
-        ok &= (hosts == src // self.local) | (self.free_ddr[hosts] >= self.ddr[i])
-        ok[self.rank[self._of_table[self.table[i]]]] = False  # pieces of one table on distinct ranks
-        if not ok.any():
-            return np.inf, None
-        after_src = self.load[src] - self.cost[i]
-        after_dest = self.load + self.cost[i]
-        peaks = np.maximum(np.maximum(others, after_src[None, :]), after_dest)
-        step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
-        d = int(np.argmin(step))
-        return float(step[d]), d
+        hbm, ddr, cost = self.hbm[items], self.ddr[items], self.cost[items]
+        ok = (dest != src)[None, :] & (self.free[None, :] >= hbm[:, None])
+        ok &= (hosts == src // self.local)[None, :] | (self.free_ddr[hosts][None, :] >= ddr[:, None])
+        for row, i in enumerate(items):  # pieces of one table on distinct ranks
+            ok[row, self.rank[self._of_table[self.table[i]]]] = False
+        after_src = self.load[src][None, :] - cost  # (items, phases)
+        after_dest = self.load[None, :, :] + cost[:, None, :]  # (items, ranks, phases)
+        peaks = np.maximum(np.maximum(others[None, :, :], after_src[:, None, :]), after_dest)
+        scores = self.objective.score_rows(peaks.reshape(-1, peaks.shape[-1]), self.penalty)
+        step = np.where(ok, scores.reshape(ok.shape), np.inf)
+        best = np.argmin(step, axis=1)
+        return [(float(step[row, d]), int(d)) if ok[row].any() else (np.inf, None)
+                for row, d in enumerate(best.tolist())]
 
-    def _swap(self, i: int, src: int, partners: np.ndarray, others: np.ndarray,
-              src_tables: np.ndarray) -> tuple[float, int | None]:
-        """The best of ``partners`` to swap item ``i`` with: (step after, item), or (inf, None);
+    def _swaps(self, items: np.ndarray, src: int, partners: np.ndarray, others: np.ndarray,
+               src_tables: np.ndarray) -> list[tuple[float, int | None]]:
+        """Per item, the best of ``partners`` to swap it with: (step after, item), or (inf, None);
         ``others`` is ``_others_max(src, the partners' ranks)``, ``src_tables`` the tables ``src``
         holds a piece of."""
         if not len(partners):
-            return np.inf, None
+            return [(np.inf, None)] * len(items)
         dest, hbm, ddr, cost = self.rank[partners], self.hbm[partners], self.ddr[partners], self.cost[partners]
-        ok = dest != src
-        ok &= (self.free[src] + self.hbm[i] - hbm >= 0) & (self.free[dest] + hbm - self.hbm[i] >= 0)
+        i_hbm, i_ddr, i_cost = self.hbm[items][:, None], self.ddr[items][:, None], self.cost[items]
+        ok = (dest != src)[None, :] & ~src_tables[self.table[partners]][None, :]  # src holds none of theirs
+        ok = ok & (self.free[src] + i_hbm - hbm[None, :] >= 0) & (self.free[dest][None, :] + hbm[None, :] - i_hbm >= 0)
         src_host, hosts = src // self.local, dest // self.local
         cross = hosts != src_host
-        ok &= ~cross | ((self.free_ddr[src_host] + self.ddr[i] - ddr >= 0)
-                        & (self.free_ddr[hosts] + ddr - self.ddr[i] >= 0))
-        ok &= ~src_tables[self.table[partners]]  # src holds none of the partner's table
-        holds_i = np.zeros(len(self.load), dtype=bool)
-        holds_i[self.rank[self._of_table[self.table[i]]]] = True
-        ok &= ~holds_i[dest]  # nor the partner's rank any of item i's
-        if not ok.any():
-            return np.inf, None
-        after_src = self.load[src][None, :] - self.cost[i][None, :] + cost
-        after_dest = self.load[dest] - cost + self.cost[i][None, :]
-        peaks = np.maximum(np.maximum(others, after_src), after_dest)
-        step = np.where(ok, self.objective.score_rows(peaks, self.penalty), np.inf)
-        j = int(np.argmin(step))
-        return float(step[j]), -1 - int(partners[j])  # partners are told from ranks by sign
+        ok &= ~cross[None, :] | ((self.free_ddr[src_host] + i_ddr - ddr[None, :] >= 0)
+                                 & (self.free_ddr[hosts][None, :] + ddr[None, :] - i_ddr >= 0))
+        for row, i in enumerate(items):  # nor the partner's rank any of item i's
+            holds_i = np.zeros(len(self.load), dtype=bool)
+            holds_i[self.rank[self._of_table[self.table[i]]]] = True
+            ok[row] &= ~holds_i[dest]
+        after_src = self.load[src][None, None, :] - i_cost[:, None, :] + cost[None, :, :]
+        after_dest = self.load[dest][None, :, :] - cost[None, :, :] + i_cost[:, None, :]
+        peaks = np.maximum(np.maximum(others[None, :, :], after_src), after_dest)
+        scores = self.objective.score_rows(peaks.reshape(-1, peaks.shape[-1]), self.penalty)
+        step = np.where(ok, scores.reshape(ok.shape), np.inf)
+        best = np.argmin(step, axis=1)
+        # partners are told from ranks by sign
+        return [(float(step[row, j]), -1 - int(partners[j])) if ok[row].any() else (np.inf, None)
+                for row, j in enumerate(best.tolist())]
 
     def _apply(self, i: int, partner: int) -> None:
         if partner >= 0:
