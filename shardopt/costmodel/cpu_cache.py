@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.arithmetic.exact import dot, settled
+from shardopt.arithmetic.exact import settled
 
 _ITERATIONS = 60  # safeguarded Newton steps; a handful usually reach 1e-6 of the cache
 
@@ -51,16 +51,17 @@ def characteristic_time(rows: Sequence[CacheRows], cache_bytes: float) -> float:
     # Occupancy grows monotonically with log T: Newton steps in log T, kept inside a bracket
     # that bisection shrinks whenever a step would leave it.
     lo, hi = math.log(1e-12 / rate.max()), math.log(1e6 / rate.min())
-    u = math.log(1.0 / float(np.average(rate, weights=size)))
+    u = math.log(1.0 / float(np.multiply(rate, size).sum() / size.sum()))  # np.average's arithmetic
+    fsum = math.fsum  # dot() inlined: this loop runs for every shard a search prices
     for _ in range(_ITERATIONS):
         held = rate * math.exp(u)
         kept = np.exp(-held)
-        excess = dot(size, 1.0 - kept) - cache_bytes
+        excess = fsum((size * (1.0 - kept)).tolist()) - cache_bytes
         if excess > 0:
             hi = u
         else:
             lo = u
-        slope = dot(size, held * kept)
+        slope = fsum((size * (held * kept)).tolist())
         step = u - excess / slope if slope > 0 else None
         u = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
         if hi - lo < 1e-6 or abs(excess) < 1e-6 * cache_bytes:
