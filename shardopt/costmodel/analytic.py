@@ -19,7 +19,7 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
 from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
-from shardopt.costmodel.terms import hardware_coefficients, kernel_cache, shard_basis, terms_in_cache
+from shardopt.costmodel.terms import cache_times, hardware_coefficients, kernel_cache, shard_basis, terms_in_cache
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.exact import dot, settled
 from shardopt.arithmetic.memory import shard_memory
@@ -377,11 +377,9 @@ class AnalyticCostModel(CostModel):
         key = ("kernel", tuple((id(p.table), p.sharding_type, p.rows, p.cols, p.compute_kernel,
                                 p.cache_load_factor) for p in members))
         costs = memo.get(key)
-        if costs is None:
-            cache = kernel_cache(hw, [
-                (p.table, p.rows, p.cols, shard_lookups(workload, p.table, p.sharding_type, p.rows))
-                for p in members
-            ], workload.optimizer)
+        if costs is None:  # as kernel_cache(), from the shards' bases (their rows as the cache sees them)
+            rows = [self._basis(workload, hw, p.spec)[0].cached for p in members]
+            cache = cache_times(hw, rows), sum(p.rows * p.cols * p.table.element_bytes for p in members)
             costs = memo[key] = [self._shard_cost(workload, hw, p.spec, cache) for p in members]
         return costs
 
