@@ -119,13 +119,22 @@ def _score_now(s: _Pieces, objective: RobustObjective, penalty: float) -> float:
 
 def _others(load: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per (a, b) pair, each column's largest load on a rank that is neither: ``load`` (W, ...)
-    -> (len(a), len(b), ...), from the three heaviest ranks."""
+    -> (len(a), len(b), ...), from the three heaviest ranks. Where there are fewer rank pairs
+    than (a, b) pairs, chosen per rank pair and gathered (the same values: no arithmetic)."""
     top = min(3, load.shape[0])
     order = np.argsort(-load, axis=0, kind="stable")[:top]
     values = np.take_along_axis(load, order, axis=0)
-    extra = (1,) * (load.ndim - 1)
-    out = np.zeros((len(a), len(b), *load.shape[1:]))
-    for k in range(top - 1, -1, -1):
+    world = load.shape[0]
+    if world * world < len(a) * len(b):
+        ranks = np.arange(world)
+        return _chosen(order, values, ranks, ranks)[a][:, b]
+    return _chosen(order, values, a, b)
+
+
+def _chosen(order: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    extra = (1,) * (order.ndim - 1)
+    out = np.zeros((len(a), len(b), *order.shape[1:]))
+    for k in range(len(order) - 1, -1, -1):
         rank_k = order[k][None, None]
         free = (rank_k != a.reshape(-1, 1, *extra)) & (rank_k != b.reshape(1, -1, *extra))
         out = np.where(free, values[k][None, None], out)
@@ -156,20 +165,23 @@ def _best_steps(s: _Pieces, objective: RobustObjective, penalty: float, now: flo
     ok &= ~(part_host_only[None, :] | s.host_only[cands][:, None]) | (s.host[b] == s.host[a])
     if not ok.any():
         return 2, 0.0, -1, -1
-    peaks, evened = [], np.zeros(ok.shape)
+    peaks, exchanged = [], []
     for load, pieces in ((s.compute, s.piece_compute), (s.comm, s.piece_comm)):
         theirs = np.concatenate([pieces, np.zeros((world, *pieces.shape[1:]))])[None]
         mine = pieces[cands][:, None]
         was_a, was_b = load[s.rank[cands]][:, None], load[part_rank][None]
         at_a, at_b = was_a - mine + theirs, was_b - theirs + mine
         peaks.append(np.maximum(_others(load, s.rank[cands], part_rank), np.maximum(at_a, at_b)))
-        change = at_a * at_a + at_b * at_b - was_a * was_a - was_b * was_b
-        for index in np.ndindex(*change.shape[2:]):  # summed in a fixed order: alike on every CPU
-            evened = evened + change[(slice(None), slice(None), *index)]
+        exchanged.append((at_a, at_b, was_a, was_b))
     scores = np.where(ok, _mean_score(objective, penalty, *peaks), np.inf)
     c, q = np.unravel_index(int(np.argmin(scores)), scores.shape)
     kind, value = 0, float(scores[c, q])
-    if not value < now * (1 - _REL_EPS):
+    if not value < now * (1 - _REL_EPS):  # no exchange lowers the score: the one that evens most
+        evened = np.zeros(ok.shape)
+        for at_a, at_b, was_a, was_b in exchanged:
+            change = at_a * at_a + at_b * at_b - was_a * was_a - was_b * was_b
+            for index in np.ndindex(*change.shape[2:]):  # summed in a fixed order: alike on every CPU
+                evened = evened + change[(slice(None), slice(None), *index)]
         evened = np.where(ok & (scores <= now * (1 + _REL_EPS)), evened, np.inf)
         c, q = np.unravel_index(int(np.argmin(evened)), evened.shape)
         kind, value = (1, float(evened[c, q])) if evened[c, q] < -EVEN_EPS * now * now else (2, 0.0)
