@@ -260,6 +260,11 @@ def repaired(
     """The search's result after repair; the plan is kept only if repair lowered its score."""
     fixed = repair_bottleneck(workload, model, result.tables, time_budget_s=budget_s, deadline=deadline,
                               objective=objective)
+    return with_repair(result, fixed)
+
+
+def with_repair(result: "SearchResult", fixed: RepairResult) -> "SearchResult":
+    """``result`` after ``fixed``, its tables' repair: kept only if it lowered the score."""
     tables = fixed.tables if fixed.after_score < fixed.before_score else result.tables
     status = result.status
     if fixed.cut_by_clock:

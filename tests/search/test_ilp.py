@@ -207,3 +207,27 @@ def test_small_instances_are_proved_optimal_and_larger_ones_improved_by_lns():
     # The solver sees summed shard costs: the whole-plan model may differ by what ranks share.
     assert CRITICAL_PATH.score([rank_phases(r) for r in model.breakdown(task, result.tables)]) <= (
         1.02 * CRITICAL_PATH.score([rank_phases(r) for r in model.breakdown(task, greedy)]))
+
+
+def test_what_is_finished_while_cp_sat_runs_is_what_the_search_would_take_in_turn(monkeypatch):
+    """Bound, repair and make-up of the warm start run beside the solver; the results, the
+    warm start's kept or the solver's, are the ones a search taking each step in turn returns."""
+    from shardopt.bench.suites import suite_tasks
+    from shardopt.costmodel.uncertainty import doubt_for
+    from shardopt.planner.factory import search_objective
+    from shardopt.contracts import PlanConfig
+
+    model = AnalyticCostModel()
+    kept = []
+    for task in suite_tasks("unit"):
+        objective = search_objective(PlanConfig(robust="on"), task.workload, model, doubt_for(model, task.workload))
+        beside = IlpSearch(objective=objective)
+        calls = []
+        finish = beside._finish
+        monkeypatch.setattr(beside, "_finish", lambda *a: calls.append(1) or finish(*a))
+        together = beside.search(task.workload, model)
+        in_turn = IlpSearch(objective=objective)
+        monkeypatch.setattr(in_turn, "_run_beside", lambda m, *rest: in_turn._run(m))
+        assert together == in_turn.search(task.workload, model), task.name
+        kept.append(len(calls) == 1)  # the warm start's finish was the plan's
+    assert any(kept) and not all(kept), f"both ways out not taken: {kept}"
