@@ -108,21 +108,23 @@ class AnalyticCostModel(CostModel):
     def shard_cost(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard's cost on a rank of average contents: it shares the cache with a balanced
         rank's share of the workload (what keeps shard costs additive for a search)."""
-        memo = self._memo(workload)
-        key = (True, spec)
-        if key not in memo:
-            hw = self.hardware(workload)
-            memo[key] = self._shard_cost(workload, hw, spec, self._average_rank_cache(workload, hw))
-        return memo[key]
+        return self._priced(workload, spec, True)
 
     def shard_floor(self, workload: Workload, spec: ShardSpec) -> ShardCost:
         """The shard with the rank's caches to itself: sharing them only turns hits into misses,
         which cost more (the fitted constants keep hit <= last level <= memory)."""
+        return self._priced(workload, spec, False)
+
+    def _priced(self, workload: Workload, spec: ShardSpec, average: bool) -> ShardCost:
+        key = (average, id(spec.table), spec.sharding_type, spec.rows, spec.cols, spec.compute_kernel,
+               spec.cache_load_factor)  # the table by identity (its hash is all its fields'), held beside
         memo = self._memo(workload)
-        key = (False, spec)
-        if key not in memo:
-            memo[key] = self._shard_cost(workload, self.hardware(workload), spec, (None, None))
-        return memo[key]
+        held = memo.get(key)
+        if held is None or held[0] is not spec.table:
+            hw = self.hardware(workload)
+            cache = self._average_rank_cache(workload, hw) if average else (None, None)
+            held = memo[key] = (spec.table, self._shard_cost(workload, hw, spec, cache))
+        return held[1]
 
     def _memo(self, workload: Workload) -> dict:
         """Shard costs of one workload, priced once: the searches ask for the same pieces (a
