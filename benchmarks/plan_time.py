@@ -6,8 +6,9 @@ Synthetic H200 workloads (`shardopt synth` statistics, 8 ranks per host, 80 GB H
 one at half the rows, as `benchmarks/results/plan_speed_prod.md`) planned by `shardopt plan W -o P`
 with no options, in a fresh process per run: "planned in" is what the command prints (reading the
 workload, resolving the model, the search, writing the plan), "wall" the whole process with
-Python's and torch's imports. The plan files of the runs are compared byte for byte. Writes
-benchmarks/results/plan_time.md.
+Python's and torch's imports. The plan files of the runs are compared byte for byte. Puts its
+table on top of benchmarks/results/plan_time.md (earlier runs kept below), with how long a
+pure-Python loop took just before each run: the machine's speed at the time.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ def _workload(folder: Path, tables: int, ranks: int) -> Path:
     return path
 
 
+def _loop_s() -> float:
+    """Seconds for a pure-Python loop of 10^7 iterations: how fast this machine runs Python right
+    now (a shared VM's speed drifts: 0.27-0.69 s within minutes on the machine of 2026-12-05)."""
+    started = time.perf_counter()
+    for _ in range(10**7):
+        pass
+    return time.perf_counter() - started
+
+
 def _plan(workload: Path, output: Path) -> tuple[float, float, str]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "shardopt", "plan", str(workload), "-o", str(output)],
@@ -64,23 +74,29 @@ def main() -> None:
         " a fresh process per run; \"planned in\" as the command prints it, \"wall\" the whole process"
         " (imports included). Limits: issue 32's.",
         "",
-        "| tables x ranks | planned in, s (each run) | wall, s (each run) | limit s | within | plan bytes identical | sha256 |",
-        "|---|---|---|---|---|---|---|",
+        "| tables x ranks | planned in, s (each run) | wall, s (each run) | 10^7-loop s before each run"
+        " | limit s | within | plan bytes identical | sha256 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for tables, ranks in sizes:
             workload = _workload(Path(tmp), tables, ranks)
-            runs = [_plan(workload, Path(tmp) / f"plan-{tables}x{ranks}-{i}.json") for i in range(args.runs)]
+            loops, runs = [], []
+            for i in range(args.runs):
+                loops.append(_loop_s())
+                runs.append(_plan(workload, Path(tmp) / f"plan-{tables}x{ranks}-{i}.json"))
             planned, walls, shas = [r[0] for r in runs], [r[1] for r in runs], {r[2] for r in runs}
             limit = LIMITS_S.get((tables, ranks))
             lines.append(
                 f"| {tables} x {ranks} | {', '.join(f'{p:.2f}' for p in planned)} | {', '.join(f'{w:.1f}' for w in walls)}"
-                f" | {limit:g} | {'yes' if limit and max(planned) <= limit else 'no'} | {'yes' if len(shas) == 1 else 'no'}"
+                f" | {', '.join(f'{x:.2f}' for x in loops)} | {limit:g} | {'yes' if limit and max(planned) <= limit else 'no'} | {'yes' if len(shas) == 1 else 'no'}"
                 f" | `{sorted(shas)[0][:16]}` |"
             )
             print(lines[-1], file=sys.stderr, flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
+    # The new run goes on top; earlier runs (other machines, other commits) stay below it.
+    earlier = args.output.read_text().split("\n", 1)[1].lstrip("\n") if args.output.exists() else ""
+    args.output.write_text("\n".join(lines) + "\n" + (f"\n{earlier}" if earlier else ""))
     print("\n".join(lines))
 
 
