@@ -92,7 +92,8 @@ class _State:
         grouped: dict[int, list[Shard]] = {}
         for ti, si in items:
             shard = self.tables[ti].shards[si]
-            grouped.setdefault(ti, []).append(replace(shard, rank=moved_rank.get((ti, si), shard.rank)))
+            rank = moved_rank.get((ti, si), shard.rank)
+            grouped.setdefault(ti, []).append(shard if rank == shard.rank else replace(shard, rank=rank))
         sub = [replace(self.tables[ti], shards=tuple(shards)) for ti, shards in sorted(grouped.items())]
         if not sub:
             return 0.0, 0.0, 0.0, 0.0
