@@ -158,9 +158,9 @@ class IlpSearch:
         solve_s = max(0.1, self.time_limit_s * (1 - REPAIR_SHARE))
         work = solve_s * WORK_SHARE
         if self.objective.robust and model.cp.proto.solution_hint.vars:
-            # A robust objective's optimum is no step's bound (none is reported), and on 46 tasks
-            # (the bench's full and regime suites, the configs, 100 x 8) the brief portfolio never
-            # gave the plan kept: 0.02-0.08 s spent for nothing. Large-neighbourhood search alone.
+            # A robust objective's optimum is no step's bound (none is reported), and on the 60 tasks
+            # where CP-SAT ran (the bench's full and regime suites, the configs, 100 x 8) the brief
+            # portfolio never gave the plan kept (UNKNOWN on 57): 0.02-0.08 s each for nothing.
             solver = self._solver(work, WALL_GUARD * solve_s, lns_only=True)
             status = solver.solve(model.cp)
             bound = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
