@@ -231,3 +231,29 @@ def test_what_is_finished_while_cp_sat_runs_is_what_the_search_would_take_in_tur
         assert together == in_turn.search(task.workload, model), task.name
         kept.append(len(calls) == 1)  # the warm start's finish was the plan's
     assert any(kept) and not all(kept), f"both ways out not taken: {kept}"
+
+
+def test_planning_spaces_out_the_garbage_collector_and_puts_it_back(monkeypatch):
+    """Young collections run at least GC_FIRST_GENERATION allocations apart while a plan is made
+    (a search allocates millions of objects, with little cyclic garbage), and as before after,
+    a failed plan included."""
+    import gc
+
+    from shardopt.core.errors import ShardoptError
+    from shardopt.planner import factory
+
+    before = gc.get_threshold()
+    seen = []
+    real = factory.plan_workload
+    monkeypatch.setattr(factory, "plan_workload", lambda *a, **k: seen.append(gc.get_threshold()) or real(*a, **k))
+    factory.plan_with(_tiny(0))
+    assert seen[0][0] >= factory.GC_FIRST_GENERATION and seen[0][1:] == before[1:]
+    assert gc.get_threshold() == before
+
+    def fails(*a, **k):
+        raise ShardoptError("no plan")
+
+    monkeypatch.setattr(factory, "plan_workload", fails)
+    with pytest.raises(ShardoptError):
+        factory.plan_with(_tiny(0))
+    assert gc.get_threshold() == before
