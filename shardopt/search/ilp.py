@@ -130,7 +130,10 @@ class IlpSearch:
             solving = pool.submit(self._run, model)
             self._possible(workload, cost_model)
             if greedy is not None:
-                self._finished = (greedy.tables, self._finish(workload, cost_model, greedy.tables))
+                try:
+                    self._finished = (greedy.tables, self._finish(workload, cost_model, greedy.tables))
+                except Exception:  # noqa: BLE001 - raised again where the warm start is the plan
+                    self._finished = None
             return solving.result()
 
     def _solver(self, work_s: float, wall_s: float, lns_only: bool) -> cp_model.CpSolver:

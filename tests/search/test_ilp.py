@@ -257,3 +257,36 @@ def test_planning_spaces_out_the_garbage_collector_and_puts_it_back(monkeypatch)
     with pytest.raises(ShardoptError):
         factory.plan_with(_tiny(0))
     assert gc.get_threshold() == before
+
+
+def test_a_warm_start_that_fails_its_finish_beside_the_solver_fails_only_if_it_is_the_plan(monkeypatch):
+    """The warm start is finished beside CP-SAT on speculation: its failure must not fail a
+    search whose plan is the solver's, and fails one whose plan it is, as taken in turn."""
+    from shardopt.bench.suites import suite_tasks
+    from shardopt.contracts import PlanConfig
+    from shardopt.costmodel.uncertainty import doubt_for
+    from shardopt.planner.factory import search_objective
+
+    model = AnalyticCostModel()
+    outcomes = set()
+    for task in suite_tasks("unit"):
+        objective = search_objective(PlanConfig(robust="on"), task.workload, model, doubt_for(model, task.workload))
+        search = IlpSearch(objective=objective)
+        finish = search._finish
+        warm = {}
+
+        def broken(w, m, tables):
+            if warm.get("tables") is None:  # the first finish is the warm start's, beside the solver
+                warm["tables"] = tables
+                raise RuntimeError("warm start")
+            if tables is warm["tables"]:
+                raise RuntimeError("warm start")
+            return finish(w, m, tables)
+
+        monkeypatch.setattr(search, "_finish", broken)
+        try:
+            search.search(task.workload, model)
+            outcomes.add("solver's plan finished")
+        except RuntimeError:
+            outcomes.add("warm start's failure raised")
+    assert outcomes == {"solver's plan finished", "warm start's failure raised"}
