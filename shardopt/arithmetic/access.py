@@ -73,9 +73,13 @@ class RowBuckets:
         probs = self.probs
         if len(probs) > 1 and probs[-1] > 0 and bool(np.all(probs[1:] <= probs[:-1])):
             return self._coarse_sorted(ratio)
+        return self._coarse_in_turn(ratio)
+
+    def _coarse_in_turn(self, ratio: float) -> "RowBuckets":
+        """:meth:`coarse` bucket by bucket, in any order."""
         counts, masses = [], []
         head = None
-        for count, prob in zip(self.counts, probs):
+        for count, prob in zip(self.counts, self.probs):
             if head is not None and prob * ratio >= head and prob > 0:
                 counts[-1] += count
                 masses[-1] += count * prob

@@ -19,7 +19,7 @@ from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
 from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
-from shardopt.costmodel.terms import cache_times, hardware_coefficients, kernel_cache, shard_basis, terms_in_cache
+from shardopt.costmodel.terms import ShardBasis, cache_times, hardware_coefficients, kernel_cache, terms_in_cache
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.exact import dot, settled
 from shardopt.arithmetic.memory import shard_memory
@@ -153,9 +153,9 @@ class AnalyticCostModel(CostModel):
         if held is None or held[0].table is not table:  # the basis holds its table: no id reused
             lookups = shard_lookups(workload, table, sharding_type, rows)
             held = memo[key] = (
-                shard_basis(hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
-                            optimizer=workload.optimizer, compute_kernel=spec.compute_kernel,
-                            cache_load_factor=spec.cache_load_factor),
+                ShardBasis(hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
+                           optimizer=workload.optimizer, compute_kernel=spec.compute_kernel,
+                           cache_load_factor=spec.cache_load_factor),
                 factor_of(self.calibration.table_factors if self.calibration else (), table),
                 self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups, len(table.features)),
                 shard_memory(workload.optimizer, spec),

@@ -81,13 +81,15 @@ def cache_rows(
     Ids are hashed into row blocks, so a row-wise shard holds a ``rows / num_embeddings`` slice of
     every popularity level, and each of its rows is drawn as often as in the whole table.
     """
-    row_frac = rows / table.num_embeddings
-    row_bytes, state_bytes = _row_bytes(hw, table, cols, optimizer)
-    buckets = cache_buckets(table)
-    return CacheRows(
-        bytes=buckets.counts * row_frac * (row_bytes + state_bytes),
-        rate=buckets.probs * (lookups / row_frac),
-    )
+    return _rows_seen(_context(hw, table, optimizer), rows, cols, lookups)[1]
+
+
+def _rows_seen(ctx: "_TableContext", rows: int, cols: int, lookups: float) -> tuple[np.ndarray, CacheRows]:
+    """(each access bucket's rows in the shard, :func:`cache_rows`)."""
+    row_frac = rows / ctx.table.num_embeddings
+    row_bytes, state_bytes = ctx.row_bytes(cols)
+    share = ctx.counts * row_frac
+    return share, CacheRows(bytes=share * (row_bytes + state_bytes), rate=ctx.probs * (lookups / row_frac))
 
 
 def cache_times(hw: Hardware, rows: Sequence[CacheRows]) -> tuple[float, float]:
@@ -159,9 +161,7 @@ class ShardBasis:
         ctx = _context(hw, table, optimizer)
         row_frac = rows / table.num_embeddings
         row_bytes, state_bytes = ctx.row_bytes(cols)
-        # As cache_rows(): the shard's rows per access bucket, as a shared cache sees them.
-        share = ctx.counts * row_frac
-        cached = CacheRows(bytes=share * (row_bytes + state_bytes), rate=ctx.probs * (lookups / row_frac))
+        share, cached = _rows_seen(ctx, rows, cols, lookups)
         alone = ctx.alone.get((rows, cols, lookups))
         if alone is None:
             alone = ctx.alone[(rows, cols, lookups)] = cache_times(hw, [cached])
@@ -183,13 +183,6 @@ class ShardBasis:
         # them back over the host link): each distinct row drawn is read over the link once per iteration.
         self.fwd_fixed = (unique * row_bytes * (1 - in_memory), self.outputs * cols * OUTPUT_BYTES)
         self.bwd_fixed = self.update_bytes * (1 - in_memory)  # written back to host memory each iteration
-
-
-def shard_basis(
-    hw: Hardware, table: Table, rows: int, cols: int, *, lookups: float, samples: int,
-    optimizer: str = "rowwise_adagrad", compute_kernel: str = "fused", cache_load_factor: float | None = None,
-) -> ShardBasis:
-    return ShardBasis(hw, table, rows, cols, lookups, samples, optimizer, compute_kernel, cache_load_factor)
 
 
 def shard_terms(
