@@ -163,6 +163,7 @@ class _Feasibility:
                           <= cap)
             model.minimize(cap)
         solver = cp_model.CpSolver()
+        solver.parameters.catch_sigint_signal = False  # an interrupt is the command's, not an early stop
         solver.parameters.max_deterministic_time = SOLVE_WORK
         solver.parameters.max_time_in_seconds = WALL_GUARD_S
         solver.parameters.num_workers = 1  # assumptions need a single worker for the core

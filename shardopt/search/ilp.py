@@ -92,6 +92,7 @@ class IlpSearch:
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.last_report: IlpReport | None = None
         self._finished = None  # (tables, their repair and make-up) finished while CP-SAT ran
+        self._stopping, self._live = False, None  # an interrupted search, and the solver running
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
         self._finished = None
@@ -126,19 +127,31 @@ class IlpSearch:
         """:meth:`_run` in a thread (CP-SAT releases the GIL) while this one bounds the plan and
         finishes the warm start, the plan whenever the whole model rates it above the solver's
         (28 of 60 tasks; 100 x 8's plan 0.3 s sooner). Each step is what it would be in turn."""
+        self._stopping, self._live = False, None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cp-sat") as pool:
             solving = pool.submit(self._run, model)
-            self._possible(workload, cost_model)
-            if greedy is not None:
-                try:
-                    self._finished = (greedy.tables, self._finish(workload, cost_model, greedy.tables))
-                except Exception:  # noqa: BLE001 - raised again where the warm start is the plan
-                    self._finished = None
-            return solving.result()
+            try:
+                self._possible(workload, cost_model)
+                if greedy is not None:
+                    try:
+                        self._finished = (greedy.tables, self._finish(workload, cost_model, greedy.tables))
+                    except Exception:  # noqa: BLE001 - raised again where the warm start is the plan
+                        self._finished = None
+                return solving.result()
+            except BaseException:  # an interrupt (or a failure) here: the solver stops too, at once
+                self._stopping = True
+                if self._live is not None:
+                    self._live.stop_search()
+                raise
 
     def _solver(self, work_s: float, wall_s: float, lns_only: bool) -> cp_model.CpSolver:
         """A solver stopped by ``work_s`` deterministic seconds (the wall clock only guards)."""
-        solver = cp_model.CpSolver()
+        if self._stopping:
+            raise KeyboardInterrupt  # the search beside was interrupted: start no further solve
+        solver = self._live = cp_model.CpSolver()
+        # An interrupt is the command's (exit 130, nothing written): CP-SAT's own handler caught it,
+        # stopped early and the plan was written as if finished.
+        solver.parameters.catch_sigint_signal = False
         solver.parameters.max_time_in_seconds = wall_s
         solver.parameters.max_deterministic_time = work_s
         solver.parameters.num_workers = self.workers

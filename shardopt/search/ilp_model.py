@@ -345,6 +345,7 @@ class IlpModel:
         for index, value in zip(hint.vars, hint.values):
             fixed.add(fixed.get_int_var_from_proto_index(index) == value)
         solver = cp_model.CpSolver()
+        solver.parameters.catch_sigint_signal = False  # an interrupt is the command's, not an early stop
         solver.parameters.num_workers = 1
         solver.parameters.max_deterministic_time = deterministic_s
         if solver.solve(fixed) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -57,6 +57,23 @@ def test_plan_interrupted(tmp_path, sig):
 
 
 @pytest.mark.slow
+def test_plan_interrupted_while_cp_sat_solves(tmp_path):
+    """CP-SAT's own SIGINT handler took the interrupt as a cue to stop early, and the plan was
+    written, exit 0. Now the command's: exit 130 at once (the solver stopped), nothing written."""
+    out = tmp_path / "p.json"
+    out.write_text("the previous plan")
+    started = time.time()
+    # dlrm-medium goes to CP-SAT after about two seconds here; at this limit it solves for 20 s or more
+    code, _, err = _interrupt([*SHARDOPT, "plan", str(CONFIGS / "dlrm-medium.yaml"), "-o", str(out),
+                               "--time-limit", "60"], signal.SIGINT, tmp_path,
+                              ready=lambda: time.time() > started + STARTUP_S + 5)
+    _assert_interrupted(code, err)
+    assert time.time() - started < STARTUP_S + 5 + 10, "the solver ran on after the interrupt"
+    assert out.read_text() == "the previous plan"
+    assert _temps(tmp_path) == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_train_interrupted(tmp_path, sig):
     out = tmp_path / "m.json"
