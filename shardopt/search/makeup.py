@@ -127,7 +127,8 @@ def _others(load: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     world = load.shape[0]
     if world * world < len(a) * len(b):
         ranks = np.arange(world)
-        return _chosen(order, values, ranks, ranks)[a][:, b]
+        pairs = _chosen(order, values, ranks, ranks).reshape(world * world, *load.shape[1:])
+        return np.take(pairs, a[:, None] * world + b[None, :], axis=0)  # one gather of whole rows
     return _chosen(order, values, a, b)
 
 
@@ -171,7 +172,8 @@ def _best_steps(s: _Pieces, objective: RobustObjective, penalty: float, now: flo
         mine = pieces[cands][:, None]
         was_a, was_b = load[s.rank[cands]][:, None], load[part_rank][None]
         at_a, at_b = was_a - mine + theirs, was_b - theirs + mine
-        peaks.append(np.maximum(_others(load, s.rank[cands], part_rank), np.maximum(at_a, at_b)))
+        larger = np.maximum(at_a, at_b)
+        peaks.append(np.maximum(_others(load, s.rank[cands], part_rank), larger, out=larger))
         exchanged.append((at_a, at_b, was_a, was_b))
     scores = np.where(ok, _mean_score(objective, penalty, *peaks), np.inf)
     c, q = np.unravel_index(int(np.argmin(scores)), scores.shape)
