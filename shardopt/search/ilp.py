@@ -120,8 +120,7 @@ class IlpSearch:
         # search alone can outlast this one's guard, and a repair cut at once differed between runs.
         fixed = repair_bottleneck(workload, cost_model, tables, objective=self.objective,
                                   time_budget_s=max(0.2, self.time_limit_s * REPAIR_SHARE))
-        kept = fixed.tables if fixed.after_score < fixed.before_score else tables
-        return fixed, even_makeup(workload, cost_model, kept, self.objective)
+        return fixed, even_makeup(workload, cost_model, fixed.kept(tables), self.objective)
 
     def _run_beside(self, model: IlpModel, workload: Workload, cost_model: CostModel, greedy):
         """:meth:`_run` in a thread (CP-SAT releases the GIL) while this one bounds the plan and

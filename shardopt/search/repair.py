@@ -50,6 +50,10 @@ class RepairResult:
     before_score: float = 0.0  # the objective's
     after_score: float = 0.0
 
+    def kept(self, tables: Sequence[TablePlan]) -> Sequence[TablePlan]:
+        """The repaired tables if the repair lowered the score, else ``tables`` (those it repaired)."""
+        return self.tables if self.after_score < self.before_score else tables
+
 
 def movable(workload: Workload, tp: TablePlan) -> str | None:
     """Where a table's shards may go: "any" rank, its "host", or None (fixed by its kind, or named
@@ -266,7 +270,7 @@ def repaired(
 
 def with_repair(result: "SearchResult", fixed: RepairResult) -> "SearchResult":
     """``result`` after ``fixed``, its tables' repair: kept only if it lowered the score."""
-    tables = fixed.tables if fixed.after_score < fixed.before_score else result.tables
+    tables = fixed.kept(result.tables)
     status = result.status
     if fixed.cut_by_clock:
         status += " (repair stopped by the wall clock; may differ between runs)"
