@@ -136,3 +136,22 @@ def test_lower_bound_holds_with_replicas_and_hot_rows_among_the_candidates():
     for seed in range(20):
         tables = PlanSampler(seed=seed).search(workload, model).tables
         assert bound <= Breakdown.of(model.breakdown(workload, tables)).bottleneck_ms + 1e-9
+
+
+def test_a_ranks_load_follows_each_move_applied(medium, lopsided):
+    """A rank's load is its shards' as they stand: a move applied is seen by the next pricing of
+    both ranks (the copies of untouched tables are held between pricings, not after a move)."""
+    from shardopt.search.repair import _State
+
+    workload, model = medium
+    _, tables = lopsided
+    state = _State(workload, model, tables)
+    assert state.rank_load(0, state.on_rank[0], {}) == pytest.approx(state.load[0])
+    ti, si = state.on_rank[0][0]
+    dest = 1
+    priced = state.rank_load(dest, [*state.on_rank[dest], (ti, si)], {(ti, si): dest})
+    state.apply([(ti, si, dest)], {})
+    fresh = _State(workload, model, state.tables)
+    for rank in (0, dest):
+        assert state.rank_load(rank, state.on_rank[rank], {}) == fresh.load[rank]
+    assert state.rank_load(dest, state.on_rank[dest], {}) == pytest.approx(priced)
