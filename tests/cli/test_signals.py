@@ -3,6 +3,7 @@ finished; a SIGKILL in the write window leaves a temp file that the next write r
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -182,3 +183,22 @@ def test_an_interrupt_swallowed_in_a_finalizer_is_raised_at_the_next_check():
     done = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=60)
     assert done.stdout.split("\n")[:2] == ["went on", "raised at the check"]
     assert done.stderr == ""
+
+
+LAUNCH_M = """
+import click, runpy, sys
+def invoke(self, ctx, _invoke=click.Command.invoke):
+    exec("raise KeyboardInterrupt")  # a Ctrl-C that lands in code run from a string (a dataclass made)
+click.Command.invoke = invoke
+sys.argv = ["shardopt", "validate", "w.yaml", "p.json"]
+runpy.run_module("shardopt", run_name="__main__")
+"""
+
+
+def test_an_interrupt_in_code_run_from_a_string_still_exits_130_under_python_m(tmp_path):
+    """``python -m`` ended such a run by SIGINT (exit -2) after the one line, whatever the CLI
+    decided (a replay under CI); the exit is the CLI's again."""
+    (tmp_path / "launch_m.py").write_text(LAUNCH_M)
+    done = subprocess.run([sys.executable, "-m", "launch_m"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    _assert_interrupted(done.returncode, done.stderr)
