@@ -126,7 +126,7 @@ class _Items:
             src_tables[self.table[on_src]] = True
             items = np.array(sorted(on_src, key=lambda i: (-self.cost[i, k], i))[:ITEMS_TRIED], dtype=np.int64)
             moves = self._moves(items, src, others[src])
-            swaps = self._swaps(items, src, partners, self._others_max(src, self.rank[partners]), src_tables)
+            swaps = self._swaps(items, src, partners, others[src][self.rank[partners]], src_tables)
             for i, move, swap in zip(items.tolist(), moves, swaps):
                 for score, partner in (move, swap):
                     if score < step - _EPS and (best is None or score < best[0] - _EPS):
