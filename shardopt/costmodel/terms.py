@@ -218,8 +218,13 @@ def terms_in_cache(
     # Sharing the caches can only shorten the shard's characteristic times.
     near_time, llc_time = b.alone if cache_time is None else (min(x, y) for x, y in zip(b.alone, cache_time))
     repeats = max(lookups - b.unique, 0.0)
-    near = (repeats + dot(b.unique_rows, b.cached.hit(near_time))) / lookups if lookups > 0 else 0.0
-    hit = (repeats + dot(b.unique_rows, b.cached.hit(llc_time))) / lookups if lookups > 0 else 0.0
+    if lookups > 0:
+        # One cache level (a GPU's), or both holding every row: the same sum once.
+        near_rows = dot(b.unique_rows, b.cached.hit(near_time))
+        llc_rows = near_rows if llc_time == near_time else dot(b.unique_rows, b.cached.hit(llc_time))
+        near, hit = (repeats + near_rows) / lookups, (repeats + llc_rows) / lookups
+    else:
+        near = hit = 0.0
     near = min(near, hit)
     miss_bytes = lookups * row_bytes * (1 - hit)
     # The backward pass updates each drawn row less than an iteration after the forward read it:
