@@ -5,10 +5,11 @@ tables x 8 ranks sooner, and not kept), replayed side by side with TorchRec's.
     python benchmarks/repair_ab.py [--first-seed 1000] [--per-regime 8] [--rounds 7]
 
 Per held-out task of every regime, plans of the packaged model as it ships (``default``) and
-with its compute scaled x0.25 and x4 (deliberately wrong models, robust search), each made twice:
-``new`` finishes with the make-up step alone where it moves pieces (the repair where it moves
-none), ``old`` as shipped: the repair first, then the make-up step on what it kept. Cells: replayed step over TorchRec's; then
-each variant's geometric mean, worst task and median of the lookups' slowest rank over the mean.
+with its compute scaled x0.25 and x4 (deliberately wrong models, robust search), each made twice
+(``=`` in a task's line: ``old`` is the same plan as ``new``): ``new`` finishes with the make-up step alone where it moves pieces (the repair where it moves
+none), ``old`` as shipped: the repair first, then the make-up step on what it kept. Cells: replayed step over TorchRec's / lookups'
+slowest rank over the mean; then each variant's geometric mean, worst task and median imbalance,
+and per model new over old.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import argparse
 import logging
 import math
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from robust import _scaled  # noqa: E402
+from side_by_side import replay_regime_tasks  # noqa: E402
 
 _shipped_search = None  # IlpSearch.search as shipped, set by main()
 
@@ -58,13 +59,9 @@ def _search(self, workload, cost_model):
 def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    from shardopt.bench.regimes import REGIMES, regime_task
-    from shardopt.contracts import Breakdown, PlanConfig
-    from shardopt.costmodel.registry import resolve_cost_model
-    from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.contracts import PlanConfig
     from shardopt.planner.factory import plan_with
     from shardopt.search.ilp import IlpSearch
-    from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--first-seed", type=int, default=1000)
@@ -73,44 +70,23 @@ def main() -> None:
     args = parser.parse_args()
     global _shipped_search
     shipped, _shipped_search = IlpSearch._finish, IlpSearch.search
-    ratios: dict[str, list[float]] = {}
-    imbalance: dict[str, list[float]] = {}
-    started = time.perf_counter()
-    for regime in REGIMES:
-        for seed in range(args.first_seed, args.first_seed + args.per_regime):
-            w = regime_task(regime, seed).workload
-            packaged, _ = resolve_cost_model("analytic", w)
-            try:
-                plans = {"torchrec": torchrec_plan(w)}
-            except Exception as exc:  # TorchRec's planner found no plan: nothing to compare with
-                print(f"{regime}-{seed}: TorchRec found no plan ({str(exc).splitlines()[0]})", flush=True)
-                continue
-            models = {"default": None, "x0.25": _scaled(packaged, 0.25), "x4": _scaled(packaged, 4.0)}
+
+    def make_plans(w, packaged) -> dict:
+        plans = {}
+        for name, model in (("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))):
+            config = PlanConfig() if model is None else PlanConfig(robust="on")
             for finish, search, label in ((_makeup_first, _search, "new"), (shipped, _shipped_search, "old")):
                 IlpSearch._finish, IlpSearch.search = finish, search
                 try:
-                    for name, model in models.items():
-                        config = PlanConfig() if model is None else PlanConfig(robust="on")
-                        plans[f"{name}-{label}"] = plan_with(w, config, cost_model=model)
+                    plans[f"{name}-{label}"] = plan_with(w, config, cost_model=model)
                 finally:
                     IlpSearch._finish, IlpSearch.search = shipped, _shipped_search
-            result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
-            base = Breakdown.of(result.per_rank["torchrec"]).step_ms
-            cells = []
-            for name in plans:
-                if name == "torchrec":
-                    continue
-                lookups = [r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]]
-                ratios.setdefault(name, []).append(Breakdown.of(result.per_rank[name]).step_ms / base)
-                imbalance.setdefault(name, []).append(max(lookups) / float(np.mean(lookups)))
-                same = "=" if name.endswith("-old") and plans[name].tables == plans[name[:-4] + "-new"].tables else ""
-                cells.append(f"{name} {ratios[name][-1]:.3f}{same}")
-            print(f"{regime}-{seed}", " | ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
-    for name, values in ratios.items():
-        print(f"{name}: geomean {math.exp(float(np.mean(np.log(values)))):.3f}, worst {max(values):.3f},"
-              f" slowest rank / mean (median) {np.median(imbalance[name]):.3f}")
+        return plans
+
+    tally = replay_regime_tasks(args.first_seed, args.per_regime, args.rounds, make_plans)
+    print("\n".join(tally.summary()))
     for name in ("default", "x0.25", "x4"):
-        paired = np.array(ratios[f"{name}-new"]) / np.array(ratios[f"{name}-old"])
+        paired = np.array(tally.ratios[f"{name}-new"]) / np.array(tally.ratios[f"{name}-old"])
         print(f"{name}: new over old, geomean {math.exp(float(np.mean(np.log(paired)))):.4f},"
               f" range {paired.min():.3f}-{paired.max():.3f} over {len(paired)} tasks")
 

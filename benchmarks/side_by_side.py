@@ -1,0 +1,68 @@
+"""Plan variants replayed beside TorchRec's on the regime tasks: the loop the A/B scripts share.
+
+For each task of every regime (seeds ``first_seed``..), TorchRec's plan (a task it cannot plan is
+skipped, said so), the variants' plans, all replayed side by side on this machine's kernels
+(distinct batches, interleaved ranks, comm from the declared links); each variant's replayed step
+over TorchRec's and its lookups' slowest rank over the mean rank's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+
+
+class Tally:
+    """Per variant, each task's step over TorchRec's and lookups' slowest rank over the mean."""
+
+    def __init__(self) -> None:
+        self.ratios: dict[str, list[float]] = {}
+        self.imbalance: dict[str, list[float]] = {}
+
+    def geomean(self, name: str) -> float:
+        return math.exp(float(np.mean(np.log(self.ratios[name]))))
+
+    def summary(self) -> list[str]:
+        return [f"{name}: geomean {self.geomean(name):.3f}, worst {max(values):.3f},"
+                f" slowest rank / mean (median) {np.median(self.imbalance[name]):.3f}"
+                for name, values in self.ratios.items()]
+
+
+def replay_regime_tasks(first_seed: int, per_regime: int, rounds: int,
+                        make_plans: Callable[[object, object], dict]) -> Tally:
+    """Replay ``make_plans(workload, packaged model)``'s plans beside TorchRec's on each task,
+    printing a line per task (``=`` marks a plan identical to the one before it)."""
+    from shardopt.bench.regimes import REGIMES, regime_task
+    from shardopt.contracts import Breakdown
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.torchrec.to_model import torchrec_plan
+
+    tally, started = Tally(), time.perf_counter()
+    for regime in REGIMES:
+        for seed in range(first_seed, first_seed + per_regime):
+            w = regime_task(regime, seed).workload
+            packaged, _ = resolve_cost_model("analytic", w)
+            try:
+                plans = {"torchrec": torchrec_plan(w)}
+            except Exception as exc:  # TorchRec's planner found no plan: nothing to compare with
+                print(f"{regime}-{seed}: TorchRec found no plan ({str(exc).splitlines()[0]})", flush=True)
+                continue
+            plans.update(make_plans(w, packaged))
+            result = replay_side_by_side(w, plans, rounds, comm=comm_for(w, packaged))
+            base = Breakdown.of(result.per_rank["torchrec"]).step_ms
+            cells, before = [], None
+            for name, plan in plans.items():
+                if name == "torchrec":
+                    continue
+                lookups = [r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]]
+                tally.ratios.setdefault(name, []).append(Breakdown.of(result.per_rank[name]).step_ms / base)
+                tally.imbalance.setdefault(name, []).append(max(lookups) / float(np.mean(lookups)))
+                same = "=" if before is not None and plan.tables == before.tables else ""
+                cells.append(f"{name} {tally.ratios[name][-1]:.3f}/{tally.imbalance[name][-1]:.2f}{same}")
+                before = plan
+            print(f"{regime}-{seed}", " | ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return tally
