@@ -57,10 +57,16 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def _exit_interrupted(kept: str) -> None:
-    """Exit 130 with one line. ``python -m`` marks an interrupt that passed through code run from
-    a string (``exec``: every dataclass made at import) as unhandled, however it was handled, and
+    """Exit 130 with one line. A further interrupt while exiting is ignored (it raised a traceback
+    from this handler). ``python -m`` marks an interrupt that passed through code run from a
+    string (``exec``: every dataclass made at import) as unhandled, however it was handled, and
     ends the process by SIGINT once the interpreter is down (exit -2, seen under CI); code run
     from a string clears the mark."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # main() restores the handlers it found
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread: leave signals alone
+            break
     click.echo(f"interrupted: {kept}", err=True)
     exec("")  # noqa: S102 - an empty string: only CPython's mark is reset
     sys.exit(EXIT_INTERRUPTED)

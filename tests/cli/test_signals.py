@@ -202,3 +202,27 @@ def test_an_interrupt_in_code_run_from_a_string_still_exits_130_under_python_m(t
     done = subprocess.run([sys.executable, "-m", "launch_m"], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
     _assert_interrupted(done.returncode, done.stderr)
+
+
+LAUNCH_TWICE = """
+import click, os, signal, sys, time
+def invoke(self, ctx):
+    raise KeyboardInterrupt  # the first Ctrl-C, in a command
+click.Command.invoke = invoke
+echo = click.echo
+def echo_after_a_second_interrupt(message=None, **kwargs):
+    if str(message).startswith("interrupted:"):
+        os.kill(os.getpid(), signal.SIGINT)  # the second, while the CLI says it stopped
+        time.sleep(0.05)
+    echo(message, **kwargs)
+click.echo = echo_after_a_second_interrupt
+from shardopt.cli import main
+sys.argv = ["shardopt", "validate", "w.yaml", "p.json"]
+main()
+"""
+
+
+def test_a_second_interrupt_while_exiting_keeps_the_one_line_and_130(tmp_path):
+    done = subprocess.run([sys.executable, "-c", LAUNCH_TWICE], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _assert_interrupted(done.returncode, done.stderr)
