@@ -18,7 +18,9 @@ import sys
 import click
 
 from shardopt import __version__
-from shardopt.core.errors import EXIT_INPUT, EXIT_INTERRUPTED, ShardoptError, install_interrupt_handlers
+from shardopt.core.errors import (
+    EXIT_INPUT, EXIT_INTERRUPTED, ShardoptError, install_interrupt_handlers, route_interrupts,
+)
 
 EXIT_INTERNAL = 70  # a bug: please report it (BSD's EX_SOFTWARE)
 
@@ -62,11 +64,7 @@ def _exit_interrupted(kept: str) -> None:
     string (``exec``: every dataclass made at import) as unhandled, however it was handled, and
     ends the process by SIGINT once the interpreter is down (exit -2, seen under CI); code run
     from a string clears the mark."""
-    for sig in (signal.SIGINT, signal.SIGTERM):  # main() restores the handlers it found
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except ValueError:  # not the main thread: leave signals alone
-            break
+    route_interrupts(signal.SIG_IGN)  # main() restores the handlers it found
     click.echo(f"interrupted: {kept}", err=True)
     exec("")  # noqa: S102 - an empty string: only CPython's mark is reset
     sys.exit(EXIT_INTERRUPTED)

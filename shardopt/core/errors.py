@@ -87,10 +87,16 @@ def install_interrupt_handlers() -> dict:
     if sys.unraisablehook is not _quiet_swallowed_interrupt:
         _quiet_swallowed_interrupt.default = sys.unraisablehook
         sys.unraisablehook = _quiet_swallowed_interrupt
+    return route_interrupts(raise_interrupt)
+
+
+def route_interrupts(handler) -> dict:
+    """Route SIGINT and SIGTERM to ``handler`` (a function, or ``signal.SIG_IGN``) from the main
+    thread (elsewhere signals are left alone); returns the handlers they had."""
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            previous[sig] = signal.signal(sig, raise_interrupt)
+            previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread: leave signals alone
             break
     return previous
