@@ -97,20 +97,20 @@ class _Pieces:
 
 
 def _mean_score(objective: RobustObjective, penalty: float, compute: np.ndarray, comm: np.ndarray) -> np.ndarray:
-    """The objective's score of each row of peaks, averaged over the variants: ``compute`` the
-    lookups' two peaks (..., variants, 2), ``comm`` the all-to-alls' (..., 2), alike in every
+    """The objective's score of each column of peaks, averaged over the variants: ``compute`` the
+    lookups' two peaks (variants, 2, ...), ``comm`` the all-to-alls' (2, ...), alike in every
     variant. Elementwise only (no reductions whose order a CPU's vector unit picks), so the same
     plan comes out on every CPU."""
-    comm_ms = comm[..., 0] + comm[..., 1]
+    comm_ms = comm[0] + comm[1]
     total = np.zeros(comm_ms.shape)
-    for v in range(compute.shape[-2]):
-        lookups = compute[..., v, 0] + compute[..., v, 1]
+    for v in range(compute.shape[0]):
+        lookups = compute[v, 0] + compute[v, 1]
         worst = None
         for a, b in objective.factors():
             value = a * (lookups + penalty) + b * comm_ms
             worst = value if worst is None else np.maximum(worst, value)
         total = total + worst + ROBUST_TIE * (lookups + comm_ms)
-    return total / compute.shape[-2]
+    return total / compute.shape[0]
 
 
 def _score_now(s: _Pieces, objective: RobustObjective, penalty: float) -> float:
@@ -119,7 +119,7 @@ def _score_now(s: _Pieces, objective: RobustObjective, penalty: float) -> float:
 
 def _others(load: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per (a, b) pair, each column's largest load on a rank that is neither: ``load`` (W, ...)
-    -> (len(a), len(b), ...), from the three heaviest ranks. Where there are fewer rank pairs
+    -> (..., len(a), len(b)), from the three heaviest ranks. Where there are fewer rank pairs
     than (a, b) pairs, chosen per rank pair and gathered (the same values: no arithmetic)."""
     top = min(3, load.shape[0])
     order = np.argsort(-load, axis=0, kind="stable")[:top]
@@ -127,19 +127,35 @@ def _others(load: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     world = load.shape[0]
     if world * world < len(a) * len(b):
         ranks = np.arange(world)
-        pairs = _chosen(order, values, ranks, ranks).reshape(world * world, *load.shape[1:])
-        return np.take(pairs, a[:, None] * world + b[None, :], axis=0)  # one gather of whole rows
+        pairs = _chosen(order, values, ranks, ranks).reshape(*load.shape[1:], world * world)
+        return np.take(pairs, a[:, None] * world + b[None, :], axis=-1)  # one gather per column
     return _chosen(order, values, a, b)
 
 
 def _chosen(order: np.ndarray, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    extra = (1,) * (order.ndim - 1)
-    out = np.zeros((len(a), len(b), *order.shape[1:]))
+    extra = (None,) * (order.ndim - 1)
+    out = np.zeros((*order.shape[1:], len(a), len(b)))
     for k in range(len(order) - 1, -1, -1):
-        rank_k = order[k][None, None]
-        free = (rank_k != a.reshape(-1, 1, *extra)) & (rank_k != b.reshape(1, -1, *extra))
-        out = np.where(free, values[k][None, None], out)
+        rank_k = order[k][..., None, None]
+        free = (rank_k != a[(*extra, slice(None), None)]) & (rank_k != b[(*extra, None, slice(None))])
+        out = np.where(free, values[k][..., None, None], out)
     return out
+
+
+def _exchanged(load: np.ndarray, pieces: np.ndarray, rank: np.ndarray, cands: np.ndarray,
+               part_rank: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A candidate's rank and its partner's after each exchange, and before, as (..., candidate,
+    partner) arrays: columns last, so each column's rows are one block."""
+    columns = tuple(range(1, pieces.ndim))
+
+    def last(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.transpose(*columns, 0))
+
+    mine = last(pieces[cands])[..., :, None]
+    theirs = last(np.concatenate([pieces, np.zeros((len(load), *pieces.shape[1:]))]))[..., None, :]
+    was_a = last(load[rank[cands]])[..., :, None]
+    was_b = last(load[part_rank])[..., None, :]
+    return np.add(was_a - mine, theirs), np.add(was_b - theirs, mine), was_a, was_b
 
 
 def _best_steps(s: _Pieces, objective: RobustObjective, penalty: float, now: float,
@@ -168,10 +184,7 @@ def _best_steps(s: _Pieces, objective: RobustObjective, penalty: float, now: flo
         return 2, 0.0, -1, -1
     peaks, exchanged = [], []
     for load, pieces in ((s.compute, s.piece_compute), (s.comm, s.piece_comm)):
-        theirs = np.concatenate([pieces, np.zeros((world, *pieces.shape[1:]))])[None]
-        mine = pieces[cands][:, None]
-        was_a, was_b = load[s.rank[cands]][:, None], load[part_rank][None]
-        at_a, at_b = was_a - mine + theirs, was_b - theirs + mine
+        at_a, at_b, was_a, was_b = _exchanged(load, pieces, s.rank, cands, part_rank)
         larger = np.maximum(at_a, at_b)
         peaks.append(np.maximum(_others(load, s.rank[cands], part_rank), larger, out=larger))
         exchanged.append((at_a, at_b, was_a, was_b))
@@ -182,8 +195,8 @@ def _best_steps(s: _Pieces, objective: RobustObjective, penalty: float, now: flo
         evened = np.zeros(ok.shape)
         for at_a, at_b, was_a, was_b in exchanged:
             change = at_a * at_a + at_b * at_b - was_a * was_a - was_b * was_b
-            for index in np.ndindex(*change.shape[2:]):  # summed in a fixed order: alike on every CPU
-                evened = evened + change[(slice(None), slice(None), *index)]
+            for index in np.ndindex(*change.shape[:-2]):  # summed in a fixed order: alike on every CPU
+                evened = evened + change[index]
         evened = np.where(ok & (scores <= now * (1 + _REL_EPS)), evened, np.inf)
         c, q = np.unravel_index(int(np.argmin(evened)), evened.shape)
         kind, value = (1, float(evened[c, q])) if evened[c, q] < -EVEN_EPS * now * now else (2, 0.0)
