@@ -52,16 +52,17 @@ def characteristic_time(rows: Sequence[CacheRows], cache_bytes: float) -> float:
     # that bisection shrinks whenever a step would leave it.
     lo, hi = math.log(1e-12 / rate.max()), math.log(1e6 / rate.min())
     u = math.log(1.0 / float(np.multiply(rate, size).sum() / size.sum()))  # np.average's arithmetic
-    fsum = math.fsum  # dot() inlined: this loop runs for every shard a search prices
+    # The sums only steer the steps (plain sums: a correctly rounded one took half of a plan's
+    # pricing): a CPU's rounding of them moves the root in its last bits, which ``settled`` drops.
     for _ in range(_ITERATIONS):
         held = rate * math.exp(u)
         kept = np.exp(-held)
-        excess = fsum((size * (1.0 - kept)).tolist()) - cache_bytes
+        excess = float((size * (1.0 - kept)).sum()) - cache_bytes
         if excess > 0:
             hi = u
         else:
             lo = u
-        slope = fsum((size * (held * kept)).tolist())
+        slope = float((size * (held * kept)).sum())
         step = u - excess / slope if slope > 0 else None
         u = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
         if hi - lo < 1e-6 or abs(excess) < 1e-6 * cache_bytes:
