@@ -290,3 +290,52 @@ def test_a_warm_start_that_fails_its_finish_beside_the_solver_fails_only_if_it_i
         except RuntimeError:
             outcomes.add("warm start's failure raised")
     assert outcomes == {"solver's plan finished", "warm start's failure raised"}
+
+
+def _robust_search(workload, model):
+    from shardopt.contracts import PlanConfig
+    from shardopt.costmodel.uncertainty import doubt_for
+    from shardopt.planner.factory import search_objective
+
+    return IlpSearch(objective=search_objective(PlanConfig(robust="on"), workload, model, doubt_for(model, workload)))
+
+
+def test_the_search_keeps_the_better_of_the_solvers_plan_and_the_warm_start_each_finished(monkeypatch):
+    """Both plans are finished (repair, make-up); the plan is the one the whole model rates best
+    of the two, the warm start's on a tie, and its status says when that is the warm start's. On
+    this task the solver's plan, finished, comes out behind (it was kept before 2026-12-05)."""
+    from shardopt.bench.regimes import regime_task
+    from shardopt.costmodel.uncertainty import plan_score
+
+    workload = regime_task("comm", 1002).workload
+    model = AnalyticCostModel()
+    search = _robust_search(workload, model)
+    finished = []
+    finish = search._finish
+    monkeypatch.setattr(search, "_finish", lambda w, m, t: finished.append(finish(w, m, t)[1][0]) or finish(w, m, t))
+    result = search.search(workload, model)
+    assert len(finished) == 2, "the solver's plan and the warm start's were both finished"
+    warm, solvers = (plan_score(search.objective, workload, model, t) for t in finished)
+    assert plan_score(search.objective, workload, model, result.tables) == min(warm, solvers)
+    assert warm <= solvers and result.tables == finished[0]
+    assert "finished warm start kept" in result.status
+
+
+def test_a_solver_plan_equal_to_its_warm_start_is_finished_once(monkeypatch):
+    """A short LNS often returns its hint unchanged: a copy of the warm start is finished as the
+    warm start was, beside the solver, not a second time."""
+    import dataclasses
+
+    from shardopt.bench.regimes import regime_task
+    from shardopt.search.ilp_model import IlpModel
+
+    workload = regime_task("comm", 1002).workload
+    model = AnalyticCostModel()
+    search = _robust_search(workload, model)
+    monkeypatch.setattr(IlpModel, "solution", lambda self, solver: tuple(dataclasses.replace(t) for t in search._warm))
+    calls = []
+    finish = search._finish
+    monkeypatch.setattr(search, "_finish", lambda *a: calls.append(a[2]) or finish(*a))
+    result = search.search(workload, model)
+    assert len(calls) == 1 and calls[0] is search._warm
+    assert "finished warm start kept" not in result.status
