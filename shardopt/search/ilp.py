@@ -91,7 +91,8 @@ class IlpSearch:
         self.max_variables = max_variables
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.last_report: IlpReport | None = None
-        self._finished = None  # (tables, their repair and make-up or None where it failed) finished while CP-SAT ran
+        # (tables, their repair and make-up, or None where that failed) finished while CP-SAT ran
+        self._finished = None
         self._warm = None  # the warm start's tables
         self._stopping, self._live = False, None  # an interrupted search, and the solver running
 
@@ -121,8 +122,8 @@ class IlpSearch:
         """The solver's plan finished, or the warm start's finish where the whole model rates that
         at or above it: a finish moves a plan's score as much as the solver did (on 9 of the
         bench's 56 tasks and 4 of 16 workloads at 100 x 8 the solver's plan, finished, came out
-        behind (or level with) the finished warm start, by up to 1.8%). The warm start's finish is the one made
-        beside the solver; one that failed there is no plan (the solver's is)."""
+        behind or level with the finished warm start, by up to 1.8%). The warm start's finish is
+        the one made beside the solver; one that failed there is no plan (the solver's is)."""
         finish = self._finish(workload, cost_model, result.tables)
         if self._warm is None:
             return result, finish

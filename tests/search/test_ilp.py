@@ -312,7 +312,13 @@ def test_the_search_keeps_the_better_of_the_solvers_plan_and_the_warm_start_each
     search = _robust_search(workload, model)
     finished = []
     finish = search._finish
-    monkeypatch.setattr(search, "_finish", lambda w, m, t: finished.append(finish(w, m, t)[1][0]) or finish(w, m, t))
+
+    def recorded(w, m, tables):
+        done = finish(w, m, tables)
+        finished.append(done[1][0])  # the make-up's tables: the finished plan
+        return done
+
+    monkeypatch.setattr(search, "_finish", recorded)
     result = search.search(workload, model)
     assert len(finished) == 2, "the solver's plan and the warm start's were both finished"
     warm, solvers = (plan_score(search.objective, workload, model, t) for t in finished)
