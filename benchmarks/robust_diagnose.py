@@ -10,7 +10,10 @@ held-out ones (seeds 2000.. by default), each printing one line per task.
   table cut row-wise evenly over all ranks (ranks of identical shapes: the imbalance floor);
 - ``ablate``: the robust objective without its scales, without its per-table penalty, whole, and off;
 - ``models``: the default path, the packaged learned model (robust and not), and a ``shardopt
-  calibrate`` model of this machine (``--calibrated``) as analytic and as learned.
+  calibrate`` model of this machine (``--calibrated``) as analytic and as learned;
+- ``passes``: per pass, the packaged model's error here (measured over predicted, summed over
+  ranks), the backward's share of the measured lookups, and each pass's slowest rank over the
+  mean, measured and predicted, for the default plan and TorchRec's.
 
 Cells: replayed step over TorchRec's (lower is better) / slowest rank's lookups over the mean rank's.
 """
@@ -60,6 +63,8 @@ def _variant_maker(args):
     uncertainty.robust_objective = ablated
 
     def variants(w, packaged):
+        if args.mode == "passes":
+            return {"default": plan_with(w, PlanConfig())}
         if args.mode in ("rank-error", "floor"):
             nominal = plan_with(w, PlanConfig(robust="off"), cost_model=packaged)
             extra = {"nominal-again": nominal, "row-wise": _rw_plan(w, nominal)} if args.mode == "floor" else {}
@@ -92,7 +97,7 @@ def main() -> None:
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models"))
+    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models", "passes"))
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--per-regime", type=int, default=4)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: all)")
@@ -119,6 +124,9 @@ def main() -> None:
             cells = []
             for name, plan in plans.items():
                 measured = np.array([r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]])
+                if args.mode == "passes":
+                    cells.append(f"{name}: " + _passes(w, packaged, plan, result.per_rank[name]))
+                    continue
                 if args.mode == "rank-error" and name in ("nominal", "torchrec"):
                     cells.append(f"{name}: " + _rank_error(w, packaged, plan, measured, spread, uncertainty))
                     continue
@@ -127,6 +135,8 @@ def main() -> None:
                 if name != "torchrec":
                     cells.append(f"{name}={ratio:.3f}/{measured.max() / measured.mean():.2f}")
             print(task.name, " ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
+    if args.mode == "passes":
+        return
     if args.mode == "rank-error":
         rms = {k: math.sqrt(float(np.mean(np.square(v)))) for k, v in spread.items()}
         print(f"all ranks: measured rms {rms['measured']:.3f}, doubt's {rms['doubt']:.3f}")
@@ -151,6 +161,16 @@ def _rank_error(w, model, plan, measured, spread, uncertainty) -> str:
     spread["doubt"] += list(doubt)
     return (f"measured {math.sqrt(np.mean(resid ** 2)):.3f}"
             f" doubt {math.sqrt(np.mean(doubt ** 2)):.3f} scale {math.exp(log_ratio.mean()):.2f}")
+
+
+def _passes(w, model, plan, ranks) -> str:
+    """Per pass: measured over predicted (all ranks), then slowest rank over the mean, both ways."""
+    predicted = np.array([[r.fwd_compute_ms, r.bwd_compute_ms] for r in model.breakdown(w, plan.tables)])
+    measured = np.array([[r.fwd_compute_ms, r.bwd_compute_ms] for r in ranks])
+    error = measured.sum(axis=0) / predicted.sum(axis=0)
+    slow_m, slow_p = measured.max(axis=0) / measured.mean(axis=0), predicted.max(axis=0) / predicted.mean(axis=0)
+    return (f"error fwd x{error[0]:.2f} bwd x{error[1]:.2f}, bwd share {measured[:, 1].sum() / measured.sum():.2f},"
+            f" slowest/mean fwd {slow_m[0]:.2f} (model {slow_p[0]:.2f}) bwd {slow_m[1]:.2f} (model {slow_p[1]:.2f})")
 
 
 if __name__ == "__main__":
