@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from robust import _scaled  # noqa: E402
-from side_by_side import replay_regime_tasks  # noqa: E402
+from side_by_side import replay_new_against_old  # noqa: E402
 
 
 def _solver_finished(self, workload, cost_model, result):
@@ -38,8 +34,6 @@ def _solver_finished(self, workload, cost_model, result):
 def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    from shardopt.contracts import PlanConfig
-    from shardopt.planner.factory import plan_with
     from shardopt.search.ilp import IlpSearch
 
     parser = argparse.ArgumentParser()
@@ -48,31 +42,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     shipped = IlpSearch._better_finished
-    differ: dict[str, list[bool]] = {}
 
-    def make_plans(w, packaged) -> dict:
-        plans = {}
-        for name, model in (("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))):
-            config = PlanConfig() if model is None else PlanConfig(robust="on")
-            for rule, label in ((shipped, "new"), (_solver_finished, "old")):
-                IlpSearch._better_finished = rule
-                try:
-                    plans[f"{name}-{label}"] = plan_with(w, config, cost_model=model)
-                finally:
-                    IlpSearch._better_finished = shipped
-            differ.setdefault(name, []).append(plans[f"{name}-new"].tables != plans[f"{name}-old"].tables)
-        return plans
+    def switch(label: str | None) -> None:
+        IlpSearch._better_finished = _solver_finished if label == "old" else shipped
 
-    tally = replay_regime_tasks(args.first_seed, args.per_regime, args.rounds, make_plans)
-    print("\n".join(tally.summary()))
-    for name in ("default", "x0.25", "x4"):
-        paired = np.array(tally.ratios[f"{name}-new"]) / np.array(tally.ratios[f"{name}-old"])
-        changed = paired[np.array(differ[name])]
-        line = (f"{name}: new over old, geomean {math.exp(float(np.mean(np.log(paired)))):.4f},"
-                f" range {paired.min():.3f}-{paired.max():.3f} over {len(paired)} tasks")
-        if len(changed):
-            line += f"; over the {len(changed)} whose plans differ {math.exp(float(np.mean(np.log(changed)))):.4f}"
-        print(line)
+    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, switch)
 
 
 if __name__ == "__main__":

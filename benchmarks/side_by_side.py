@@ -66,3 +66,39 @@ def replay_regime_tasks(first_seed: int, per_regime: int, rounds: int,
                 before = plan
             print(f"{regime}-{seed}", " | ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
     return tally
+
+
+def replay_new_against_old(first_seed: int, per_regime: int, rounds: int, switch: Callable[[str | None], None]) -> None:
+    """Plans of the packaged model (the default path) and of its compute scaled x0.25 and x4 (deliberately
+    wrong models, robust search), each made with ``switch("new")`` and then ``switch("old")`` in force
+    (``switch(None)`` puts back what ships), replayed beside TorchRec's on each task; prints each
+    variant's tally and, per model, new over old over every task and over those whose plans differ."""
+    from robust import _scaled
+
+    from shardopt.contracts import PlanConfig
+    from shardopt.planner.factory import plan_with
+
+    differ: dict[str, list[bool]] = {}
+
+    def make_plans(w, packaged) -> dict:
+        plans = {}
+        for name, model in (("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))):
+            config = PlanConfig() if model is None else PlanConfig(robust="on")
+            for label in ("new", "old"):
+                switch(label)
+                try:
+                    plans[f"{name}-{label}"] = plan_with(w, config, cost_model=model)
+                finally:
+                    switch(None)
+            differ.setdefault(name, []).append(plans[f"{name}-new"].tables != plans[f"{name}-old"].tables)
+        return plans
+
+    tally = replay_regime_tasks(first_seed, per_regime, rounds, make_plans)
+    print("\n".join(tally.summary()))
+    for name, changed in differ.items():
+        paired = np.array(tally.ratios[f"{name}-new"]) / np.array(tally.ratios[f"{name}-old"])
+        line = (f"{name}: new over old, geomean {math.exp(float(np.mean(np.log(paired)))):.4f},"
+                f" range {paired.min():.3f}-{paired.max():.3f} over {len(paired)} tasks")
+        if any(changed):
+            line += f"; over the {sum(changed)} whose plans differ {math.exp(float(np.mean(np.log(paired[changed])))):.4f}"
+        print(line)
