@@ -9,25 +9,22 @@ with its compute scaled x0.25 and x4 (deliberately wrong models, robust search),
 (``=`` in a task's line: ``old`` is the same plan as ``new``): ``new`` finishes with the make-up step alone where it moves pieces (the repair where it moves
 none), ``old`` as shipped: the repair first, then the make-up step on what it kept. Cells: replayed step over TorchRec's / lookups'
 slowest rank over the mean; then each variant's geometric mean, worst task and median imbalance,
-and per model new over old.
+and per model new over old (over every task and over those whose plans differ).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from robust import _scaled  # noqa: E402
-from side_by_side import replay_regime_tasks  # noqa: E402
+from side_by_side import replay_new_against_old  # noqa: E402
 
 _shipped_search = None  # IlpSearch.search as shipped, set by main()
 
@@ -59,8 +56,6 @@ def _search(self, workload, cost_model):
 def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    from shardopt.contracts import PlanConfig
-    from shardopt.planner.factory import plan_with
     from shardopt.search.ilp import IlpSearch
 
     parser = argparse.ArgumentParser()
@@ -71,24 +66,11 @@ def main() -> None:
     global _shipped_search
     shipped, _shipped_search = IlpSearch._finish, IlpSearch.search
 
-    def make_plans(w, packaged) -> dict:
-        plans = {}
-        for name, model in (("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))):
-            config = PlanConfig() if model is None else PlanConfig(robust="on")
-            for finish, search, label in ((_makeup_first, _search, "new"), (shipped, _shipped_search, "old")):
-                IlpSearch._finish, IlpSearch.search = finish, search
-                try:
-                    plans[f"{name}-{label}"] = plan_with(w, config, cost_model=model)
-                finally:
-                    IlpSearch._finish, IlpSearch.search = shipped, _shipped_search
-        return plans
+    def switch(label: str | None) -> None:
+        new = label == "new"
+        IlpSearch._finish, IlpSearch.search = (_makeup_first, _search) if new else (shipped, _shipped_search)
 
-    tally = replay_regime_tasks(args.first_seed, args.per_regime, args.rounds, make_plans)
-    print("\n".join(tally.summary()))
-    for name in ("default", "x0.25", "x4"):
-        paired = np.array(tally.ratios[f"{name}-new"]) / np.array(tally.ratios[f"{name}-old"])
-        print(f"{name}: new over old, geomean {math.exp(float(np.mean(np.log(paired)))):.4f},"
-              f" range {paired.min():.3f}-{paired.max():.3f} over {len(paired)} tasks")
+    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, switch)
 
 
 if __name__ == "__main__":
