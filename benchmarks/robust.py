@@ -18,8 +18,8 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
   each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
   replay's here).
 
-Writes ``benchmarks/results/robust.md`` (``--output``): per task, and the geometric mean, worst
-task and measured bottleneck over the mean rank per variant.
+Puts on top of ``benchmarks/results/robust.md`` (``--output``; earlier runs kept below): per task,
+and the geometric mean, worst task and measured bottleneck over the mean rank per variant.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def main() -> None:
     from shardopt.core.workload import workload_to_dict, workload_yaml
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.profile.dataset import cpu_fingerprint
     from shardopt.planner.factory import plan_with
     from shardopt.torchrec.to_model import torchrec_plan
 
@@ -142,7 +143,8 @@ def main() -> None:
         + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
         + (f" --only {args.only}" if args.only else "")
-        + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s. Held-out tasks"
+        + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
+        f" on `{cpu_fingerprint()}`. Held-out tasks"
         f" (seeds {args.first_seed}..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
         " side-by-side replay (lower is better). Variants: see the script's docstring.",
         "",
@@ -160,7 +162,9 @@ def main() -> None:
         lines += ["", f"Against `{ref}` (geomean of the same tasks): "
                   + ", ".join(f"{n} {gmean[n] / gmean[ref]:.3f}" for n in names if n != ref) + "."]
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
+    # The new run goes on top; earlier runs (other machines, other commits) stay below it.
+    earlier = args.output.read_text().split("\n", 1)[1].lstrip("\n") if args.output.exists() else ""
+    args.output.write_text("\n".join(lines) + "\n" + (f"\n{earlier}" if earlier else ""))
     print("\n".join(lines))
 
 
