@@ -14,16 +14,13 @@ and median imbalance, and per model new over old, over every task and over those
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from side_by_side import replay_new_against_old  # noqa: E402
+from side_by_side import new_against_old_main  # noqa: E402
 
 
 def _solver_finished(self, workload, cost_model, result):
@@ -31,23 +28,16 @@ def _solver_finished(self, workload, cost_model, result):
     return result, self._finish(workload, cost_model, result.tables)
 
 
-def main() -> None:
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+def _switch(args):
     from shardopt.search.ilp import IlpSearch
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--first-seed", type=int, default=1000)
-    parser.add_argument("--per-regime", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
     shipped = IlpSearch._better_finished
 
     def switch(label: str | None) -> None:
         IlpSearch._better_finished = _solver_finished if label == "old" else shipped
 
-    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, switch)
+    return switch
 
 
 if __name__ == "__main__":
-    main()
+    new_against_old_main(_switch)

@@ -14,19 +14,16 @@ and per model new over old (over every task and over those whose plans differ).
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-import warnings
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from side_by_side import replay_new_against_old  # noqa: E402
+from side_by_side import new_against_old_main  # noqa: E402
 
-_shipped_search = None  # IlpSearch.search as shipped, set by main()
+_shipped_search = None  # IlpSearch.search as shipped, set by _switch()
 
 
 def _makeup_first(self, workload, cost_model, tables):
@@ -53,16 +50,9 @@ def _search(self, workload, cost_model):
         ilp.with_repair = with_repair
 
 
-def main() -> None:
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+def _switch(args):
     from shardopt.search.ilp import IlpSearch
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--first-seed", type=int, default=1000)
-    parser.add_argument("--per-regime", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
     global _shipped_search
     shipped, _shipped_search = IlpSearch._finish, IlpSearch.search
 
@@ -70,8 +60,8 @@ def main() -> None:
         new = label == "new"
         IlpSearch._finish, IlpSearch.search = (_makeup_first, _search) if new else (shipped, _shipped_search)
 
-    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, switch)
+    return switch
 
 
 if __name__ == "__main__":
-    main()
+    new_against_old_main(_switch)

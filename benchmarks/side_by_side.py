@@ -8,8 +8,11 @@ over TorchRec's and its lookups' slowest rank over the mean rank's.
 
 from __future__ import annotations
 
+import argparse
+import logging
 import math
 import time
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -102,3 +105,19 @@ def replay_new_against_old(first_seed: int, per_regime: int, rounds: int, switch
         if any(changed):
             line += f"; over the {sum(changed)} whose plans differ {math.exp(float(np.mean(np.log(paired[changed])))):.4f}"
         print(line)
+
+
+def new_against_old_main(make_switch: Callable[[argparse.Namespace], Callable[[str | None], None]],
+                         add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
+    """An A/B script's command line (``--first-seed``, ``--per-regime``, ``--rounds`` and its own
+    ``add_arguments``), then :func:`replay_new_against_old` with ``make_switch(args)``'s switch."""
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    parser = argparse.ArgumentParser()
+    if add_arguments is not None:
+        add_arguments(parser)
+    parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument("--per-regime", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, make_switch(args))

@@ -13,29 +13,18 @@ x0.25 and x4 (``side_by_side.replay_new_against_old``): ``new`` with the tilt ti
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from side_by_side import replay_new_against_old  # noqa: E402
+from side_by_side import new_against_old_main  # noqa: E402
 
 
-def main() -> None:
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+def _switch(args):
     from shardopt.costmodel import uncertainty
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--factor", type=float, default=2.0)
-    parser.add_argument("--first-seed", type=int, default=1000)
-    parser.add_argument("--per-regime", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
     shipped = uncertainty.makeup_variants
 
     def switch(label: str | None) -> None:
@@ -43,8 +32,8 @@ def main() -> None:
         uncertainty.makeup_variants = shipped if label is None else \
             (lambda workload, tilt: shipped(workload, tilt * factor))
 
-    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, switch)
+    return switch
 
 
 if __name__ == "__main__":
-    main()
+    new_against_old_main(_switch, lambda parser: parser.add_argument("--factor", type=float, default=2.0))
