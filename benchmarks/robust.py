@@ -13,6 +13,9 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
   ``-off`` nominal search, ``-on`` robust search;
 - ``noise``: each table's compute off by its own log-normal factor (log-sd ``--noise``, stable per
   table name), ``-off`` / ``-on`` likewise;
+- ``probe`` / ``probe-on``: with ``--probe``, a model from ``shardopt calibrate --probe --workload`` of
+  the task (20 s: the packaged model rescaled per pass, then each table measured alone and priced
+  by it: :mod:`shardopt.measure.alone`), its analytic part, ``--robust`` auto (off: measured here) / on;
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
   task, S seconds, its analytic part (the task's own plans measured in the budget's last 35% and
   each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
@@ -74,12 +77,10 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     from shardopt.bench.regimes import REGIMES, regime_task
-    from shardopt.contracts import Breakdown, PlanConfig
-    from shardopt.core.workload import workload_to_dict, workload_yaml
+    from shardopt.contracts import Breakdown
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
     from shardopt.profile.dataset import cpu_fingerprint
-    from shardopt.planner.factory import plan_with
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--calibrated", type=Path, help="a `shardopt calibrate` model file of this machine")
     parser.add_argument("--noise", type=float, default=0.3)
     parser.add_argument("--workload-budget", type=float, default=0.0)
+    parser.add_argument("--probe", action="store_true", help="add probe and probe-on: calibrate --probe --workload")
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "robust.md")
     args = parser.parse_args()
@@ -100,20 +102,7 @@ def main() -> None:
             task = regime_task(regime, args.first_seed + i)
             w = task.workload
             packaged, _ = resolve_cost_model("analytic", w)
-            makers = {
-                "default": lambda: plan_with(w, PlanConfig()),
-                "nominal": lambda: plan_with(w, PlanConfig(robust="off"), cost_model=packaged),
-            }
-            if args.calibrated:
-                makers["calibrated"] = lambda: plan_with(w, PlanConfig(cost_model=f"analytic@{args.calibrated}"))
-            for name, model in (("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0)),
-                                ("noise", TableNoise(packaged, args.noise))):
-                for mode in ("off", "on"):
-                    makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
-            if args.workload_budget:
-                makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict)
-            if args.only:
-                makers = {k: v for k, v in makers.items() if k in args.only.split(",")}
+            makers = _makers(args, w, packaged)
             try:
                 plans = {"torchrec": torchrec_plan(w)}
             except Exception as exc:  # TorchRec's planner found no plan: nothing to compare with
@@ -142,6 +131,7 @@ def main() -> None:
         + (f" --first-seed {args.first_seed}" if args.first_seed != 1000 else "")
         + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
+        + (" --probe" if args.probe else "")
         + (f" --only {args.only}" if args.only else "")
         + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
         f" on `{cpu_fingerprint()}`. Held-out tasks"
@@ -168,17 +158,53 @@ def main() -> None:
     print("\n".join(lines))
 
 
-def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dict):
-    """``shardopt calibrate --workload`` of this task, then its plan with the model it wrote."""
+def _makers(args, w, packaged) -> dict:
+    """Each variant's name and how its plan of ``w`` is made (see the module's docstring)."""
+    from shardopt.contracts import PlanConfig
+    from shardopt.core.workload import workload_to_dict, workload_yaml
+    from shardopt.planner.factory import plan_with
+
+    makers = {
+        "default": lambda: plan_with(w, PlanConfig()),
+        "nominal": lambda: plan_with(w, PlanConfig(robust="off"), cost_model=packaged),
+    }
+    if args.calibrated:
+        makers["calibrated"] = lambda: plan_with(w, PlanConfig(cost_model=f"analytic@{args.calibrated}"))
+    for name, model in (("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0)),
+                        ("noise", TableNoise(packaged, args.noise))):
+        for mode in ("off", "on"):
+            makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
+    if args.workload_budget:
+        makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict)
+    if args.probe:  # one probe, two plans of it
+        probed: dict = {}
+
+        def probe(robust: str):
+            if not probed:
+                probed.update(_workload_calibrated(w, 0, workload_yaml, workload_to_dict, robust=("auto", "on")))
+            return probed[robust]
+        makers["probe"] = lambda: probe("auto")
+        makers["probe-on"] = lambda: probe("on")
+    if args.only:
+        makers = {k: v for k, v in makers.items() if k in args.only.split(",")}
+    return makers
+
+
+def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dict, robust=None):
+    """``shardopt calibrate --workload`` of this task (budget 0: ``--probe --workload``, 20 s), then
+    its plan with the model it wrote; with ``robust`` (modes of ``plan --robust``), mode -> plan."""
     from shardopt.contracts import PlanConfig
     from shardopt.planner.factory import plan_with
 
     with tempfile.TemporaryDirectory() as tmp:
         path, model = Path(tmp) / "w.yaml", Path(tmp) / "model.json"
         path.write_text(workload_yaml(workload_to_dict(workload)))
-        subprocess.run([sys.executable, "-m", "shardopt", "calibrate", "--workload", str(path), "--budget",
-                        f"{budget:g}", "-o", str(model)], check=True, capture_output=True)
-        return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
+        how = ["--budget", f"{budget:g}"] if budget else ["--probe"]
+        subprocess.run([sys.executable, "-m", "shardopt", "calibrate", "--workload", str(path), *how, "-o", str(model)],
+                       check=True, capture_output=True)
+        if robust is None:
+            return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
+        return {mode: plan_with(workload, PlanConfig(cost_model=f"analytic@{model}", robust=mode)) for mode in robust}
 
 
 if __name__ == "__main__":

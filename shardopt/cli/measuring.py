@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import Interrupted, command_line, main, warn
+from shardopt.cli.calibrate_workload import refined_alone, alone_line, refine_line, refined_on_plans, read_workload_kernels
 from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.contracts import DEFAULT_TIME_LIMIT_S
 from shardopt.core.errors import ShardoptError
@@ -66,6 +67,8 @@ PROBE_MIN_KERNELS = 6
 # calibrate --workload: the share of the budget for measuring the workload's own plans, after the
 # fit (shardopt.measure.refine): what sets its plan, measured, where the grid only pins the terms.
 REFINE_SHARE = 0.35
+# calibrate --probe --workload: the share for measuring each of its tables alone, after the rescale.
+PROBE_ALONE_SHARE = 0.4
 
 
 @main.command()
@@ -113,8 +116,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
     if keep_profile is not None:
         check_output_folder(keep_profile, option="--keep-profile")
     base_model = _base_model(base, device)
-    workload, kernels = _workload_kernels(workload_file, device, seed) if workload_file is not None else (None, None)
-    refine_share = REFINE_SHARE if workload is not None and not probe else 0.0
+    workload, kernels = read_workload_kernels(workload_file, device, seed) if workload_file is not None else (None, None)
+    refine_share = (PROBE_ALONE_SHARE if probe else REFINE_SHARE) if workload is not None else 0.0
     if probe:
         if base_model is None:
             raise ShardoptError("--probe rescales a base model: give --base packaged or a model file")
@@ -146,7 +149,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
             else:
                 parts, report = train_model(folder, seed=seed, base=base_model)
             if refine_share:
-                parts = _refined(workload, parts, report, started + budget, device, backend)
+                refined = refined_alone if probe else refined_on_plans
+                parts = refined(workload, parts, report, started + budget, device, backend)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
             raise Interrupted(kept) from None
@@ -160,58 +164,9 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
         f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted"
         f"{' and its plans measured' if 'refine' in report else ''} in"
         f" {time.perf_counter() - started - measured_s:.0f} s; {'its own (in-sample) kernels' if probe else 'held-out kernel'}"
-        f" {_held_out(report)}.{_refine_line(report)}"
-        f" Plan with --cost-model {'analytic' if 'refine' in report else 'learned'}@{output}"
+        f" {_held_out(report)}.{refine_line(report)}{alone_line(report)}"
+        f" Plan with --cost-model {'analytic' if 'refine' in report or 'alone' in report else 'learned'}@{output}"
     )
-
-
-def _refined(workload, parts, report: dict, deadline: float, device: str, backend: str):
-    """``parts`` with the analytic calibration refined on the workload's own measured plans
-    (:mod:`shardopt.measure.refine`); the rounds go into ``report``."""
-    import dataclasses
-
-    from shardopt.costmodel.registry import held_out_error
-    from shardopt.measure.refine import refine
-
-    if workload.parallelism is not None:
-        report["refine"] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
-                                      " group's size) to have its plans measured"}
-        return parts
-    calibration, report["refine"] = refine(
-        workload, parts.calibration, held_out=held_out_error(report, "analytic"), deadline=deadline,
-        device=device, backend=backend, progress=lambda line: click.echo(f"calibrate --workload: {line}", err=True))
-    return dataclasses.replace(parts, calibration=calibration)
-
-
-def _refine_line(report: dict) -> str:
-    refined = report.get("refine")
-    if not refined:
-        return ""
-    if "skipped" in refined:
-        return f" Its plans were not measured: {refined['skipped']}."
-    if not refined["rounds"]:
-        return " No time was left to measure its plans: give --budget more seconds."
-    first, last = refined["rounds"][0], refined["rounds"][-1]
-    return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
-            f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"
-            f" per-rank error {refined['rank_error_unfitted']:.1%} before the tables' factors,"
-            f" {refined['rank_error_fitted']:.1%} after"
-            + (f"; kept the factors ({refined['tables']} tables) of the plan of {refined['final']['kept']}, fastest"
-               f" side by side" if refined.get("final") else f" ({refined['tables']} tables)") + ".")
-
-
-def _workload_kernels(path: Path, device: str, seed: int):
-    """(workload, kernels) of ``calibrate --workload``: the workload's shapes, read before anything runs."""
-    from shardopt.core.workload import read_workload
-    from shardopt.costmodel.registry import resolve_cost_model
-    from shardopt.planner.workload_points import workload_kernels
-
-    workload, _ = read_workload(path)
-    on = "cuda" if workload.topology.compute_device != "cpu" else "cpu"
-    if on != device:
-        raise ShardoptError(f"{path}: topology.compute_device: the workload runs on {workload.topology.compute_device},"
-                            f" calibrate measures --device {device}")
-    return workload, workload_kernels(workload, resolve_cost_model("analytic", workload)[0], device == "cuda", seed)
 
 
 def _base_model(base: str, device: str):

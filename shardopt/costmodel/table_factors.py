@@ -86,6 +86,7 @@ class RankSample:
     overhead_ms: tuple[float, float]
     tables: dict[str, tuple[float, float]]
     measured_ms: tuple[float, float]
+    weight: float = 1.0  # in the fit, as this many ranks (a table measured alone: several)
 
 
 def rank_samples(model, workload: "Workload", tables: Sequence["TablePlan"],
@@ -124,26 +125,28 @@ def fit_factors(samples: Sequence[RankSample], ridge: float = RIDGE) -> dict[str
     index = {n: i for i, n in enumerate(names)}
     factors = np.ones((len(names), 2))
     for p in (0, 1):
-        rows = [(s.overhead_ms[p], s.measured_ms[p], [(index[n], c[p]) for n, c in s.tables.items()])
+        rows = [(s.overhead_ms[p], s.measured_ms[p], [(index[n], c[p]) for n, c in s.tables.items()], s.weight)
                 for s in samples if s.measured_ms[p] > 0 and any(c[p] > 0 for c in s.tables.values())]
         if not rows:
             continue
         contrib = np.zeros((len(rows), len(names)))
-        for i, (_, _, parts) in enumerate(rows):
+        for i, (_, _, parts, _) in enumerate(rows):
             for j, c in parts:
                 contrib[i, j] += c
         overhead = np.array([r[0] for r in rows])
         target = np.log(np.array([r[1] for r in rows]))
+        counts = np.sqrt(np.array([r[3] for r in rows]))
         weight = np.sqrt(ridge)
 
-        def residuals(theta, contrib=contrib, overhead=overhead, target=target):
+        def residuals(theta, contrib=contrib, overhead=overhead, target=target, counts=counts):
             pred = overhead + contrib @ np.exp(theta)
-            return np.concatenate([np.log(np.maximum(pred, 1e-12)) - target, weight * theta])
+            return np.concatenate([counts * (np.log(np.maximum(pred, 1e-12)) - target), weight * theta])
 
-        def jacobian(theta, contrib=contrib, overhead=overhead):
+        def jacobian(theta, contrib=contrib, overhead=overhead, counts=counts):
             scaled = contrib * np.exp(theta)[None, :]
             pred = overhead + scaled.sum(axis=1)
-            return np.vstack([scaled / np.maximum(pred, 1e-12)[:, None], weight * np.eye(len(theta))])
+            return np.vstack([counts[:, None] * scaled / np.maximum(pred, 1e-12)[:, None],
+                              weight * np.eye(len(theta))])
 
         fit = least_squares(residuals, np.zeros(len(names)), jac=jacobian, method="trf",
                             bounds=(-MAX_LOG_FACTOR, MAX_LOG_FACTOR), x_scale=1.0)

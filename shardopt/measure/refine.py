@@ -28,6 +28,7 @@ from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
+from shardopt.measure.alone import alone_plan, alone_samples
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
@@ -75,6 +76,16 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     fitted: dict[str, tuple[float, float]] = {}
     plan_s = measure_s = 0.0
     converged = False
+    alone = _alone_round(workload, base_model, deadline, device, backend,
+                         room=2 + FINALISTS * FINAL_ROUNDS / ROUNDS)  # a plan's round and the finalists after it
+    if alone is not None:
+        samples, alone_row = alone
+        fitted = fit_factors(samples)
+        factors = table_factors(workload, fitted)
+        alone_row["rank_error_after"] = round(rank_error(samples, fitted), 4)
+        if progress:
+            progress(f"each table measured alone ({alone_row['tables']} tables): the model off by"
+                     f" {alone_row['rank_error_before']:.1%} per table before the fit")
     # Room for one more round and for the finalists' side-by-side after it.
     while time.perf_counter() + plan_s + measure_s * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS) < deadline:
         started = time.perf_counter()
@@ -107,7 +118,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
                      f" {row['slowest_over_mean']:.2f}x the mean, model off by {row['rank_error_before']:.1%} per"
                      " rank before the fit")
     last = None
-    if rounds:  # the last fit's plan: planned already when it repeated a measured one
+    if rounds or factors:  # the last fit's plan: planned already when it repeated a measured one
         last = _Round(factors, plan if converged else plan_with(workload, config, cost_model=corrected(factors)),
                       float("inf"), {})
     chosen, final = _final(rounds, last, measure)
@@ -115,10 +126,44 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         steps = final["steps_ms"]
         progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
                  + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
-    report = {"rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
+    report = {**({"alone": alone[1]} if alone is not None else {}),
+              "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}
     return dataclasses.replace(base, table_factors=chosen), report
+
+
+def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Optional[float], deadline: float,
+                  device: str = "cpu", backend: str = "auto") -> tuple[Calibration, dict]:
+    """``calibration`` with each table's factor fitted to the table measured alone
+    (``calibrate --probe --workload``: no plan is measured), and what the report keeps of it;
+    without factors where that does not fit before ``deadline``."""
+    base = dataclasses.replace(calibration, table_factors=())
+    alone = _alone_round(workload, _model(base, held_out), deadline, device, backend, room=1.0)
+    if alone is None:
+        return base, {"skipped": "no time was left to measure its tables alone"}
+    samples, row = alone
+    fitted = fit_factors(samples)
+    row["rank_error_after"] = round(rank_error(samples, fitted), 4)
+    return dataclasses.replace(base, table_factors=table_factors(workload, fitted)), row
+
+
+def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
+                 backend: str, room: float) -> Optional[tuple[list, dict]]:
+    """Each table measured alone (:mod:`shardopt.measure.alone`) where ``room`` times such a
+    round fits before ``deadline``: (its samples, what the report keeps of it); else None."""
+    made = alone_plan(workload)
+    if made is None:
+        return None
+    alone, plan = made
+    # A plan's round does the same lookups as this one (every table once, the same global batch).
+    if time.perf_counter() + _round_guess_s(model, alone, plan) * room >= deadline:
+        return None
+    started = time.perf_counter()
+    samples = alone_samples(model, alone, plan, lambda w, p: replay_side_by_side(
+        w, {"alone": p}, ROUNDS, seed=SEED - 2, device=device, backend=backend).per_rank["alone"])
+    return samples, {"tables": len(samples), "rank_error_before": round(rank_error(samples), 4),
+                     "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> float:

@@ -180,8 +180,11 @@ def test_calibrate_for_a_workload_measures_its_own_tables_and_its_ranks_kernels(
     assert result.exit_code == 0, result.stderr
     # then its own plans, measured and corrected: the file is for the analytic part
     refined = json.loads(out.read_text())
-    assert 1 <= len(refined["report"]["refine"]["rounds"]) <= fake.calls <= len(refined["report"]["refine"]["rounds"]) + 1
+    # its tables alone, then each round, then the finalists (where there are two or more)
+    assert 2 <= len(refined["report"]["refine"]["rounds"]) + 1 <= fake.calls <= len(refined["report"]["refine"]["rounds"]) + 2
+    assert refined["report"]["refine"]["alone"]["tables"] == len(workload.tables)
     assert refined["calibration"]["table_factors"] and "analytic@" in result.stdout
+    assert f"calibrate --workload: each table measured alone ({len(workload.tables)} tables)" in result.stderr
     assert "calibrate --workload: round 1: measured step" in result.stderr
     call = fake_sweep[0]
     assert call["preset"] == "workload"
@@ -236,6 +239,37 @@ def test_a_probe_rescales_the_packaged_model_within_twenty_seconds(runner, tmp_p
     again = tmp_path / "q.json"
     run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--cost-model", f"learned@{out}", "--search", "greedy", "-o", again)
     assert plan.read_bytes() == again.read_bytes()
+
+
+def test_a_probe_for_a_workload_prices_each_table_by_itself_measured_alone(runner, tmp_path, fake_sweep, monkeypatch):
+    from shardopt.core.workload import read_workload
+    from shardopt.costmodel.registry import resolve_cost_model
+
+    path = _hot_workload_file(tmp_path)
+    workload, _ = read_workload(path)
+    fake = FakeMachine(resolve_cost_model("analytic", workload)[0])
+    monkeypatch.setattr("shardopt.measure.refine.replay_side_by_side", fake.replay)
+    out = tmp_path / "probe.json"
+    result = run_cli(runner, "calibrate", "--probe", "--workload", path, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    # the sweep leaves room for the tables alone, all within the probe's 20 s
+    assert fake_sweep[0]["preset"] == "probe" and 0 < fake_sweep[0]["deadline_in"] <= 10
+    data = json.loads(out.read_text())
+    assert fake.calls == 1 and data["report"]["alone"]["tables"] == len(workload.tables)
+    assert "refine" not in data["report"]  # no plan was measured
+    factors = {f["name"]: f for f in data["calibration"]["table_factors"]}
+    assert set(factors) == {t.name for t in workload.tables}
+    assert f"Each of its {len(workload.tables)} tables measured alone" in result.stdout and "analytic@" in result.stdout
+    # the factors follow the machine's own: the table it prices dearest is dearer than the cheapest
+    dear = max(factors, key=fake.factor)
+    cheap = min(factors, key=fake.factor)
+    assert factors[dear]["bwd"] > factors[cheap]["bwd"]
+    plans = []
+    for name in ("p.json", "q.json"):
+        assert run_cli(runner, "plan", path, "--cost-model", f"analytic@{out}", "-o", tmp_path / name).exit_code == 0
+        plans.append((tmp_path / name).read_bytes())
+    assert plans[0] == plans[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hot.yaml", "p.json", "probe.json", "q.json"]
 
 
 def test_calibrate_for_a_2d_workload_says_its_plans_were_not_measured(runner, tmp_path, fake_sweep, monkeypatch):
