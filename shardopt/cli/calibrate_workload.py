@@ -36,6 +36,10 @@ def refined_alone(workload, parts, report: dict, deadline: float, device: str, b
     from shardopt.costmodel.registry import held_out_error
     from shardopt.measure.refine import alone_refined
 
+    if workload.parallelism is not None:
+        report["alone"] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
+                                     " group's size) to have its tables measured alone"}
+        return parts
     calibration, report["alone"] = alone_refined(workload, parts.calibration, held_out=held_out_error(report, "analytic"),
                                                  deadline=deadline, device=device, backend=backend)
     return dataclasses.replace(parts, calibration=calibration)
@@ -46,7 +50,7 @@ def alone_line(report: dict) -> str:
     if not alone:
         return ""
     if "skipped" in alone:
-        return f" Its tables were not measured alone: {alone['skipped']}; give --budget more seconds."
+        return f" Its tables were not measured alone: {alone['skipped']}."
     return (f" Each of its {alone['tables']} tables measured alone in {alone['seconds']:g} s: the model off by"
             f" {alone['rank_error_before']:.1%} per table before its factor, {alone['rank_error_after']:.1%} after.")
 

@@ -141,7 +141,8 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
     base = dataclasses.replace(calibration, table_factors=())
     alone = _alone_round(workload, _model(base, held_out), deadline, device, backend, room=1.0)
     if alone is None:
-        return base, {"skipped": "no time was left to measure its tables alone"}
+        return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
+                      if alone_plan(workload) is not None else "more tables than a workload may have ranks"}
     samples, row = alone
     fitted = fit_factors(samples)
     row["rank_error_after"] = round(rank_error(samples, fitted), 4)

@@ -287,3 +287,9 @@ def test_calibrate_for_a_2d_workload_says_its_plans_were_not_measured(runner, tm
     assert "Its plans were not measured: a 2D workload" in result.stdout
     model = json.loads(out.read_text())
     assert "table_factors" not in model["calibration"] and "skipped" in model["report"]["refine"]
+    probe = tmp_path / "probe.json"
+    result = run_cli(runner, "calibrate", "--probe", "--workload", path, "-o", probe)
+    assert result.exit_code == 0, result.stderr
+    assert "Its tables were not measured alone: a 2D workload" in result.stdout
+    model = json.loads(probe.read_text())
+    assert "table_factors" not in model["calibration"] and "skipped" in model["report"]["alone"]

@@ -189,3 +189,15 @@ def test_a_first_round_that_cannot_fit_the_budget_is_not_started(machine, monkey
     monkeypatch.setattr(module, "BUILD_BYTES_PER_S", 1e9)
     _, report = module.refine(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter() + 60)
     assert fake.calls > 0 and report["rounds"]
+
+
+def test_tables_alone_are_measured_only_where_they_fit_the_time_left(machine):
+    from shardopt.measure.refine import alone_refined
+
+    workload, model, fake = machine
+    calibration, row = alone_refined(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter())
+    assert fake.calls == 0 and calibration.table_factors == () and "the probe's time ended first" in row["skipped"]
+    calibration, row = alone_refined(workload, model.calibration, held_out=model.held_out,
+                                     deadline=time.perf_counter() + 60)
+    assert fake.calls == 1 and row["tables"] == len(workload.tables) == len(calibration.table_factors)
+    assert row["rank_error_after"] < row["rank_error_before"]
