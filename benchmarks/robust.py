@@ -77,7 +77,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     from shardopt.bench.regimes import REGIMES, regime_task
-    from shardopt.contracts import Breakdown
+    from shardopt.contracts import Breakdown, rank_phases
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
     from shardopt.profile.dataset import cpu_fingerprint
@@ -96,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    rows, ratios, imbalance = [], {}, {}
+    rows, ratios, imbalance, level = [], {}, {}, {}
     for regime in REGIMES:
         for i in range(args.per_regime):
             task = regime_task(regime, args.first_seed + i)
@@ -113,6 +113,9 @@ def main() -> None:
             result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
             base = Breakdown.of(result.per_rank["torchrec"]).step_ms
             cells = []
+            for name in ("torchrec", *makers):  # each phase's mean rank: the step were its ranks level
+                phases = np.array([rank_phases(r) for r in result.per_rank[name]])
+                level.setdefault(name, []).append(float(phases.mean(axis=0).sum()) / base)
             for name in makers:
                 per_rank = result.per_rank[name]
                 ratio = Breakdown.of(per_rank).step_ms / base
@@ -146,6 +149,11 @@ def main() -> None:
         "| lookups' slowest rank / mean, median | " + " | ".join(f"{np.median(imbalance[n]):.3f}" for n in names) + " |",
         "| tasks with slowest rank <= 1.10x mean | "
         + " | ".join(f"{np.mean(np.array(imbalance[n]) <= 1.10):.0%}" for n in names) + " |",
+        "| the same plans, ranks level (each phase's mean rank), geomean | "
+        + " | ".join(f"{math.exp(float(np.mean(np.log(level[n])))):.3f}" for n in names) + " |",
+        "",
+        f"TorchRec's plans with level ranks: {math.exp(float(np.mean(np.log(level['torchrec'])))):.3f} of their own step"
+        " (geomean): what balance alone would buy them.",
     ]
     ref = "workload" if "workload" in gmean else "calibrated" if "calibrated" in gmean else None
     if ref:
