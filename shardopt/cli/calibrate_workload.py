@@ -10,38 +10,29 @@ import click
 from shardopt.core.errors import ShardoptError
 
 
-def refined_on_plans(workload, parts, report: dict, deadline: float, device: str, backend: str):
-    """``parts`` with the analytic calibration refined on the workload's own measured plans
-    (:mod:`shardopt.measure.refine`); the rounds go into ``report``."""
+def refined(workload, parts, report: dict, deadline: float, device: str, backend: str, *, probe: bool):
+    """``parts`` with the analytic calibration's tables priced by what was measured of the workload:
+    its tables alone and then its own plans (:func:`shardopt.measure.refine.refine`, progress
+    printed), or with ``probe`` its tables alone only (:func:`shardopt.measure.refine.alone_refined`);
+    what was measured goes into ``report`` (``refine`` or ``alone``)."""
     import dataclasses
 
     from shardopt.costmodel.registry import held_out_error
-    from shardopt.measure.refine import refine
+    from shardopt.measure.refine import alone_refined, refine
 
+    key, what = ("alone", "its tables measured alone") if probe else ("refine", "its plans measured")
     if workload.parallelism is not None:
-        report["refine"] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
-                                      " group's size) to have its plans measured"}
+        report[key] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
+                                  f" group's size) to have {what}"}
         return parts
-    calibration, report["refine"] = refine(
-        workload, parts.calibration, held_out=held_out_error(report, "analytic"), deadline=deadline,
-        device=device, backend=backend, progress=lambda line: click.echo(f"calibrate --workload: {line}", err=True))
-    return dataclasses.replace(parts, calibration=calibration)
-
-
-def refined_alone(workload, parts, report: dict, deadline: float, device: str, backend: str):
-    """``parts`` with each of the workload's tables priced by its measurement alone
-    (:func:`shardopt.measure.refine.alone_refined`); what it measured goes into ``report``."""
-    import dataclasses
-
-    from shardopt.costmodel.registry import held_out_error
-    from shardopt.measure.refine import alone_refined
-
-    if workload.parallelism is not None:
-        report["alone"] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
-                                     " group's size) to have its tables measured alone"}
-        return parts
-    calibration, report["alone"] = alone_refined(workload, parts.calibration, held_out=held_out_error(report, "analytic"),
-                                                 deadline=deadline, device=device, backend=backend)
+    held_out = held_out_error(report, "analytic")
+    if probe:
+        calibration, report[key] = alone_refined(workload, parts.calibration, held_out=held_out, deadline=deadline,
+                                                 device=device, backend=backend)
+    else:
+        calibration, report[key] = refine(
+            workload, parts.calibration, held_out=held_out, deadline=deadline, device=device, backend=backend,
+            progress=lambda line: click.echo(f"calibrate --workload: {line}", err=True))
     return dataclasses.replace(parts, calibration=calibration)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import Interrupted, command_line, main, warn
-from shardopt.cli.calibrate_workload import refined_alone, alone_line, refine_line, refined_on_plans, read_workload_kernels
+from shardopt.cli.calibrate_workload import alone_line, read_workload_kernels, refine_line, refined
 from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.contracts import DEFAULT_TIME_LIMIT_S
 from shardopt.core.errors import ShardoptError
@@ -149,8 +149,7 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
             else:
                 parts, report = train_model(folder, seed=seed, base=base_model)
             if refine_share:
-                refined = refined_alone if probe else refined_on_plans
-                parts = refined(workload, parts, report, started + budget, device, backend)
+                parts = refined(workload, parts, report, started + budget, device, backend, probe=probe)
         except KeyboardInterrupt:
             kept = f"measured points are kept in {keep_profile}; rerun to resume" if keep_profile else "nothing was written"
             raise Interrupted(kept) from None

@@ -79,10 +79,8 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     alone = _alone_round(workload, base_model, deadline, device, backend,
                          room=2 + FINALISTS * FINAL_ROUNDS / ROUNDS)  # a plan's round and the finalists after it
     if alone is not None:
-        samples, alone_row = alone
-        fitted = fit_factors(samples)
+        samples, fitted, alone_row = alone
         factors = table_factors(workload, fitted)
-        alone_row["rank_error_after"] = round(rank_error(samples, fitted), 4)
         if progress:
             progress(f"each table measured alone ({alone_row['tables']} tables): the model off by"
                      f" {alone_row['rank_error_before']:.1%} per table before the fit")
@@ -126,7 +124,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         steps = final["steps_ms"]
         progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
                  + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
-    report = {**({"alone": alone[1]} if alone is not None else {}),
+    report = {**({"alone": alone[2]} if alone is not None else {}),
               "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}
@@ -143,16 +141,15 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
     if alone is None:
         return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
                       if alone_plan(workload) is not None else "more tables than a workload may have ranks"}
-    samples, row = alone
-    fitted = fit_factors(samples)
-    row["rank_error_after"] = round(rank_error(samples, fitted), 4)
+    _, fitted, row = alone
     return dataclasses.replace(base, table_factors=table_factors(workload, fitted)), row
 
 
 def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
-                 backend: str, room: float) -> Optional[tuple[list, dict]]:
+                 backend: str, room: float) -> Optional[tuple[list, dict, dict]]:
     """Each table measured alone (:mod:`shardopt.measure.alone`) where ``room`` times such a
-    round fits before ``deadline``: (its samples, what the report keeps of it); else None."""
+    round fits before ``deadline``: (its samples, the factors fitted to them, what the report
+    keeps of it); else None."""
     made = alone_plan(workload)
     if made is None:
         return None
@@ -163,8 +160,10 @@ def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, 
     started = time.perf_counter()
     samples = alone_samples(model, alone, plan, lambda w, p: replay_side_by_side(
         w, {"alone": p}, ROUNDS, seed=SEED - 2, device=device, backend=backend).per_rank["alone"])
-    return samples, {"tables": len(samples), "rank_error_before": round(rank_error(samples), 4),
-                     "seconds": round(time.perf_counter() - started, 1)}
+    seconds = round(time.perf_counter() - started, 1)
+    fitted = fit_factors(samples)
+    return samples, fitted, {"tables": len(samples), "rank_error_before": round(rank_error(samples), 4),
+                             "rank_error_after": round(rank_error(samples, fitted), 4), "seconds": seconds}
 
 
 def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> float:
