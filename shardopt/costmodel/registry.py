@@ -115,6 +115,6 @@ def _other_cpu(trained_on: dict, workload: Workload) -> str | None:
         return None
     return (
         f"calibrated on CPU {trained_on['cpu_id']}, this machine is {here}; its kernel costs may"
-        " not hold here, so --robust auto plans for that doubt (to measure instead: shardopt calibrate"
-        " --workload W.yaml -o model.json, then --cost-model analytic@model.json)"
+        " not hold here, so --robust auto plans for that doubt (to measure instead, 20 s: shardopt calibrate"
+        " --probe --workload W.yaml -o model.json, then --cost-model analytic@model.json)"
     )

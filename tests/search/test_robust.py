@@ -161,6 +161,7 @@ def test_cli_summary_and_file_say_how_the_plan_leans_on_the_model(runner, tmp_pa
     assert len(data["predicted"]["sensitivity"]["steps_ms"]) == 3
     # the model's other CPU is a warning of a result: printed, once
     assert result.stderr.count("calibrated on CPU") == 1
+    assert "shardopt calibrate --probe --workload W.yaml" in result.stderr  # the 20 s way to measure instead
     monkeypatch.setenv(CPU_ID_VARIABLE, PACKAGED_CPU)
     result = run_cli(runner, "plan", CONFIGS / "tiny.yaml", "--search", "greedy", "-o", tmp_path / "q.json")
     assert "robust: off" in result.stdout and "calibrated on CPU" not in result.stderr
