@@ -28,7 +28,7 @@ from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
-from shardopt.measure.alone import alone_plan, alone_samples
+from shardopt.measure.alone import alone_plan, alone_samples, measurable
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
@@ -140,7 +140,7 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
     alone = _alone_round(workload, _model(base, held_out), deadline, device, backend, room=1.0)
     if alone is None:
         return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
-                      if alone_plan(workload) is not None else "more tables than a workload may have ranks"}
+                      if measurable(workload) else "more tables than a workload may have ranks"}
     _, fitted, row = alone
     return dataclasses.replace(base, table_factors=table_factors(workload, fitted)), row
 
