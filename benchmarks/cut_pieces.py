@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from on_top import put_on_top
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -121,9 +123,7 @@ def main() -> None:
         f"| **geomean** | | | {gmean('m2f')} / {gmean('m2b')} | {gmean('p2f')} / {gmean('p2b')}"
         f" | {gmean('m4f')} / {gmean('m4b')} | {gmean('p4f')} / {gmean('p4b')} |",
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    earlier = args.output.read_text().split("\n", 1)[1].lstrip("\n") if args.output.exists() else ""
-    args.output.write_text("\n".join(lines) + "\n" + (f"\n{earlier}" if earlier else ""))
+    put_on_top(args.output, lines)
     print("\n".join(lines))
 
 

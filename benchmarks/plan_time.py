@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from on_top import put_on_top
+
 ROOT = Path(__file__).resolve().parent.parent
 LIMITS_S = {(100, 8): 1.0, (1000, 128): 5.0, (5000, 1024): 60.0}
 
@@ -98,10 +100,7 @@ def main() -> None:
                 f" | `{sorted(shas)[0][:16]}` |"
             )
             print(lines[-1], file=sys.stderr, flush=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    # The new run goes on top; earlier runs (other machines, other commits) stay below it.
-    earlier = args.output.read_text().split("\n", 1)[1].lstrip("\n") if args.output.exists() else ""
-    args.output.write_text("\n".join(lines) + "\n" + (f"\n{earlier}" if earlier else ""))
+    put_on_top(args.output, lines)
     print("\n".join(lines))
 
 

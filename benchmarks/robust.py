@@ -43,6 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from on_top import put_on_top  # noqa: E402
 from planner_ab import ScaledCompute  # noqa: E402
 
 from shardopt.costmodel.analytic import AnalyticCostModel  # noqa: E402
@@ -159,10 +160,7 @@ def main() -> None:
     if ref:
         lines += ["", f"Against `{ref}` (geomean of the same tasks): "
                   + ", ".join(f"{n} {gmean[n] / gmean[ref]:.3f}" for n in names if n != ref) + "."]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    # The new run goes on top; earlier runs (other machines, other commits) stay below it.
-    earlier = args.output.read_text().split("\n", 1)[1].lstrip("\n") if args.output.exists() else ""
-    args.output.write_text("\n".join(lines) + "\n" + (f"\n{earlier}" if earlier else ""))
+    put_on_top(args.output, lines)
     print("\n".join(lines))
 
 
