@@ -209,8 +209,8 @@ class PlanReplay:
         groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
         return [
             PreparedKernel([spec for spec, _ in members], [list(b) for b in zip(*(bags for _, bags in members))],
-                           backend=self.backend, device=self.device, precision=precision)
-            for (precision, _), members in sorted(groups.items())
+                           backend=self.backend, device=self.device, precision=precision, dense=replicas)
+            for (precision, replicas), members in sorted(groups.items())
         ]
 
     def time_rank(self, rank: int, kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> RankReplay:

@@ -69,10 +69,19 @@ def build_kernel(
     device: str = "cpu",
     location: str = "hbm",
     cache_load_factor: float = 0.2,
+    dense: bool = False,
 ) -> LookupKernel:
+    """The fused kernel of ``specs``; ``dense``: data-parallel replicas' (:mod:`.dense`)."""
     backend = resolve_backend(backend)
     if location not in LOCATIONS:
         raise ValueError(f"unknown memory location {location!r}")
+    if dense:
+        from shardopt.profile.dense import FbgemmDenseKernel, TorchDenseKernel
+
+        if backend == "fbgemm":
+            return FbgemmDenseKernel(specs, precision, device, learning_rate=LEARNING_RATE, eps=EPS)
+        return TorchDenseKernel(specs, precision, device, learning_rate=LEARNING_RATE, eps=EPS,
+                                dtypes=PRECISIONS, backend=backend)
     if backend == "fbgemm":
         return FbgemmKernel(specs, precision, device, location, cache_load_factor)
     if location != "hbm":

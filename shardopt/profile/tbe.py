@@ -52,10 +52,10 @@ class PreparedKernel:
     """
 
     def __init__(self, specs: Sequence[KernelSpec], batches: Sequence[Sequence[Bags]], *, backend: str,
-                 device: str, precision: str, location: str = "hbm") -> None:
+                 device: str, precision: str, location: str = "hbm", dense: bool = False) -> None:
         if not batches or any(len(bags) != len(specs) for bags in batches):
             raise ValueError("every batch needs one Bags per kernel spec")
-        self.kernel = build_kernel(backend, specs, precision=precision, device=device, location=location)
+        self.kernel = build_kernel(backend, specs, precision=precision, device=device, location=location, dense=dense)
         self.inputs = [self.kernel.prepare(*stack_bags(bags)) for bags in batches]
         self._next = 0
         batch = len(batches[0][0].lengths)

@@ -155,3 +155,15 @@ def test_an_interrupt_swallowed_where_it_landed_still_stops_the_replay(good, mon
     assert calls == []  # stopped within the first rank
     monkeypatch.setattr(errors, "_interrupted", False)
     assert len(replay_plan(workload, plan, warmup=1, iters=1).ranks) == workload.topology.world_size
+
+
+def test_data_parallel_replicas_replay_torchrecs_dense_kernel_apart_from_the_fused_one(good):
+    from shardopt.measure.replay import PlanReplay
+    from shardopt.profile.dense import FbgemmDenseKernel, TorchDenseKernel
+
+    workload, plan = good
+    plan = _recut(plan, 2, "data_parallel", [(0, 0, 300, 16), (1, 0, 300, 16)])
+    kernels = PlanReplay(workload, plan).build_rank(1)
+    dense = [k for k in kernels if isinstance(k.kernel, (FbgemmDenseKernel, TorchDenseKernel))]
+    assert len(dense) == 1 and len(kernels) >= 2  # the replica alone in its kernel, the shards fused
+    assert dense[0].lookups > 0
