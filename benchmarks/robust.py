@@ -15,7 +15,9 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
   table name), ``-off`` / ``-on`` likewise;
 - ``probe`` / ``probe-on``: with ``--probe``, a model from ``shardopt calibrate --probe --workload`` of
   the task (20 s: the packaged model rescaled per pass, then each table measured alone and priced
-  by it: :mod:`shardopt.measure.alone`), its analytic part, ``--robust`` auto (off: measured here) / on;
+  by it, and each table it may replicate measured as a replica: :mod:`shardopt.measure.alone`), its
+  analytic part, ``--robust`` auto (off: measured here) / on; ``probe-fused``: that model without
+  its replicas' factors (replicas priced by the model alone);
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
   task, S seconds, its analytic part (the task's own plans measured in the budget's last 35% and
   each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
@@ -28,6 +30,7 @@ and the geometric mean, worst task and measured bottleneck over the mean rank pe
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import subprocess
@@ -93,12 +96,13 @@ def main() -> None:
     parser.add_argument("--workload-budget", type=float, default=0.0)
     parser.add_argument("--probe", action="store_true", help="add probe and probe-on: calibrate --probe --workload")
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--regimes", default="", help="comma-separated regimes (default: all)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "robust.md")
     args = parser.parse_args()
 
     started = time.perf_counter()
     rows, ratios, imbalance, level = [], {}, {}, {}
-    for regime in REGIMES:
+    for regime in [r for r in REGIMES if not args.regimes or r in args.regimes.split(",")]:
         for i in range(args.per_regime):
             task = regime_task(regime, args.first_seed + i)
             w = task.workload
@@ -137,6 +141,7 @@ def main() -> None:
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
         + (" --probe" if args.probe else "")
         + (f" --only {args.only}" if args.only else "")
+        + (f" --regimes {args.regimes}" if args.regimes else "")
         + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
         f" on `{cpu_fingerprint()}`. Held-out tasks"
         f" (seeds {args.first_seed}..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
@@ -187,10 +192,12 @@ def _makers(args, w, packaged) -> dict:
 
         def probe(robust: str):
             if not probed:
-                probed.update(_workload_calibrated(w, 0, workload_yaml, workload_to_dict, robust=("auto", "on")))
+                probed.update(_workload_calibrated(w, 0, workload_yaml, workload_to_dict,
+                                                   robust=("auto", "on", "fused")))
             return probed[robust]
         makers["probe"] = lambda: probe("auto")
         makers["probe-on"] = lambda: probe("on")
+        makers["probe-fused"] = lambda: probe("fused")
     if args.only:
         makers = {k: v for k, v in makers.items() if k in args.only.split(",")}
     return makers
@@ -210,7 +217,14 @@ def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dic
                        check=True, capture_output=True)
         if robust is None:
             return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
-        return {mode: plan_with(workload, PlanConfig(cost_model=f"analytic@{model}", robust=mode)) for mode in robust}
+        data = json.loads(model.read_text())
+        cal = data.get("calibration", {})
+        cal["table_factors"] = [f for f in cal.get("table_factors", []) if f.get("kernel", "fused") == "fused"]
+        fused = Path(tmp) / "fused.json"  # "fused": the probe without its replicas' factors
+        fused.write_text(json.dumps(data))
+        return {mode: plan_with(workload, PlanConfig(cost_model=f"analytic@{fused if mode == 'fused' else model}",
+                                                     robust="auto" if mode == "fused" else mode))
+                for mode in robust}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,15 @@ class FakeMachine:
         return [tuple(s.overhead_ms[p] + sum(c[p] * self.factor(n) for n, c in s.tables.items()) for p in (0, 1))
                 for s in samples]
 
+    def replicas(self, model, workload, **kwargs):
+        """Stands in for ``alone.replica_factors``: each replicable table's hidden factor as a replica."""
+        from shardopt.costmodel.table_factors import TableFactor
+        from shardopt.measure.alone import replicable
+
+        return tuple(TableFactor(t.name, t.num_embeddings, t.embedding_dim, float(t.pooling_factor),
+                                 round(self.factor(t.name + "/replica"), 6), round(self.factor(t.name + "/replica"), 6),
+                                 "dense") for t in replicable(model, workload))
+
     def replay(self, workload, plans, rounds, **kwargs):
         from shardopt.core.plan import RankBreakdown
 

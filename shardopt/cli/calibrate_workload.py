@@ -42,8 +42,9 @@ def alone_line(report: dict) -> str:
         return ""
     if "skipped" in alone:
         return f" Its tables were not measured alone: {alone['skipped']}."
-    return (f" Each of its {alone['tables']} tables measured alone in {alone['seconds']:g} s: the model off by"
-            f" {alone['rank_error_before']:.1%} per table before its factor, {alone['rank_error_after']:.1%} after.")
+    replicas = f" (and the {alone['replicas']} it may replicate, as replicas)" if alone.get("replicas") else ""
+    return (f" Each of its {alone['tables']} tables measured alone{replicas} in {alone['seconds']:g} s: the model off"
+            f" by {alone['rank_error_before']:.1%} per table before its factor, {alone['rank_error_after']:.1%} after.")
 
 
 def refine_line(report: dict) -> str:

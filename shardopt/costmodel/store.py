@@ -15,7 +15,7 @@ from shardopt.costmodel.analytic import Calibration
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.kernel_net import LearnedParts
 from shardopt.costmodel.provenance import RANGE_FIELDS, FittedRange
-from shardopt.costmodel.table_factors import MAX_LOG_FACTOR, TableFactor
+from shardopt.costmodel.table_factors import KERNELS, MAX_LOG_FACTOR, TableFactor
 from shardopt.core.errors import ShardoptError
 from shardopt.core.files import write_atomic
 
@@ -186,11 +186,15 @@ def _table_factors(value) -> tuple[TableFactor, ...]:
     out, seen = [], set()
     for i, item in enumerate(value):
         field = f"calibration.table_factors[{i}]"
-        if not isinstance(item, dict) or set(item) != {"name", "rows", "dim", "pooling", "fwd", "bwd"}:
-            raise _Bad(f"{field}: must hold exactly name, rows, dim, pooling, fwd and bwd")
-        if not isinstance(item["name"], str) or not item["name"] or item["name"] in seen:
-            raise _Bad(f"{field}.name: must be a table name given once, got {item['name']!r}")
-        seen.add(item["name"])
+        keys = {"name", "rows", "dim", "pooling", "fwd", "bwd"}
+        if not isinstance(item, dict) or not keys <= set(item) <= keys | {"kernel"}:
+            raise _Bad(f"{field}: must hold exactly name, rows, dim, pooling, fwd and bwd (and kernel, if not fused)")
+        kernel = item.get("kernel", "fused")
+        if kernel not in KERNELS:
+            raise _Bad(f"{field}.kernel: must be one of {', '.join(KERNELS)}, got {kernel!r}")
+        if not isinstance(item["name"], str) or not item["name"] or (item["name"], kernel) in seen:
+            raise _Bad(f"{field}.name: must be a table name given once per kernel, got {item['name']!r}")
+        seen.add((item["name"], kernel))
         rows, dim = item["rows"], item["dim"]
         if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in (rows, dim)):
             raise _Bad(f"{field}.rows/dim: must be positive integers")
@@ -200,7 +204,7 @@ def _table_factors(value) -> tuple[TableFactor, ...]:
             if not MIN_TABLE_FACTOR <= value <= 1 / MIN_TABLE_FACTOR:
                 raise _Bad(f"{field}.{key}: must be a factor within {MIN_TABLE_FACTOR:.4g}..{1 / MIN_TABLE_FACTOR:.4g},"
                            f" got {value!r}")
-        out.append(TableFactor(item["name"], rows, dim, pooling, float(item["fwd"]), float(item["bwd"])))
+        out.append(TableFactor(item["name"], rows, dim, pooling, float(item["fwd"]), float(item["bwd"]), kernel))
     return tuple(out)
 
 

@@ -29,9 +29,13 @@ RIDGE = 0.3
 MAX_LOG_FACTOR = float(np.log(8.0))  # no table is priced more than 8x off its model
 
 
+KERNELS = ("fused", "dense")  # what a factor was measured in: a table's shards, or its replica
+
+
 @dataclass(frozen=True)
 class TableFactor:
-    """A table's measured correction (forward, backward), valid for this name and shape."""
+    """A table's measured correction (forward, backward), valid for this name and shape and for
+    the kernel it was measured in (``dense``: its data-parallel replica, another algorithm)."""
 
     name: str
     rows: int
@@ -39,6 +43,7 @@ class TableFactor:
     pooling: float
     fwd: float
     bwd: float
+    kernel: str = "fused"
 
     def matches(self, table: "Table") -> bool:
         return (table.num_embeddings == self.rows and table.embedding_dim == self.dim
@@ -46,7 +51,7 @@ class TableFactor:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "rows": self.rows, "dim": self.dim, "pooling": self.pooling,
-                "fwd": self.fwd, "bwd": self.bwd}
+                "fwd": self.fwd, "bwd": self.bwd, **({"kernel": self.kernel} if self.kernel != "fused" else {})}
 
 
 def base_name(name: str) -> str:
@@ -55,17 +60,18 @@ def base_name(name: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _index(factors: tuple[TableFactor, ...]) -> dict[str, TableFactor]:
-    return {f.name: f for f in factors}
+def _index(factors: tuple[TableFactor, ...]) -> dict[tuple[str, str], TableFactor]:
+    return {(f.name, f.kernel): f for f in factors}
 
 
-def factor_of(factors: tuple[TableFactor, ...], table: "Table") -> tuple[float, float]:
-    """The table's (forward, backward) correction where ``factors`` hold one for a table of its
-    name and shape (a hot-row head or tail: of its table's name and width); else (1, 1)."""
+def factor_of(factors: tuple[TableFactor, ...], table: "Table", kernel: str = "fused") -> tuple[float, float]:
+    """The table's (forward, backward) correction in ``kernel`` where ``factors`` hold one for a
+    table of its name and shape (a hot-row head or tail: of its table's name and width); else
+    (1, 1): a factor measured in one kernel does not speak for the other's algorithm."""
     if not factors:
         return 1.0, 1.0
     name = base_name(table.name)
-    f = _index(factors).get(name)
+    f = _index(factors).get((name, kernel))
     if f is None or not (f.matches(table) if name == table.name else f.dim == table.embedding_dim):
         return 1.0, 1.0
     return f.fwd, f.bwd

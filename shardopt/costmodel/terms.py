@@ -25,6 +25,7 @@ from shardopt.core.layout import optimizer_state_bytes
 from shardopt.core.workload import Table
 
 DIM_CLASSES = (32, 64, 128, 256)  # effective bandwidth differs with how many lanes a row fills
+DENSE_PASSES = 6  # a dense replica's step over each row: gradient, weights, Adagrad state, read and written
 
 FWD_TERMS = (
     "table",
@@ -154,7 +155,8 @@ class ShardBasis:
     kernels of the ranks it tries, and only the caches differ between them."""
 
     __slots__ = ("table", "cols", "lookups", "row_bytes", "cached", "alone", "unique_rows", "unique",
-                 "in_memory", "outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed", "bwd_fixed")
+                 "in_memory", "outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed", "bwd_fixed",
+                 "dense")
 
     def __init__(self, hw: Hardware, table: Table, rows: int, cols: int, lookups: float, samples: int,
                  optimizer: str, compute_kernel: str, cache_load_factor: float | None) -> None:
@@ -177,6 +179,12 @@ class ShardBasis:
         self.outputs = samples * ctx.features if table.pooled else lookups
         self.update_bytes = unique * 2 * (row_bytes + state_bytes)
         self.rows_span = rows * row_bytes
+        # A data-parallel replica (TorchRec's dense kernel, shardopt/profile/dense.py): its backward
+        # scatters every lookup into a gradient as large as the table, and Adagrad then reads and
+        # writes the gradient, the weights and a state per element: every row, six times its bytes.
+        self.dense = compute_kernel == "dense"
+        if self.dense:
+            self.update_bytes = rows * DENSE_PASSES * row_bytes
         # 16-bit rows are converted to fp32 on the fly, at a cost of their own.
         self.miss_slot = -1 if ctx.half else DIM_CLASSES.index(dim_class(cols))
         # Rows left in host memory (UVM) leave the GPU's caches between iterations (the backward writes
@@ -229,7 +237,8 @@ def terms_in_cache(
     miss_bytes = lookups * row_bytes * (1 - hit)
     # The backward pass updates each drawn row less than an iteration after the forward read it:
     # still cached if the last level holds an iteration's worth of the kernel's rows (T >= 1).
-    update_hit = min(1.0, llc_time)
+    # A dense replica's step streams the whole table: cached where its passes fit the last level.
+    update_hit = min(1.0, llc_time) if not b.dense else float(b.update_bytes <= (hw.llc_bytes or hw.cache_bytes))
     update_miss = b.update_bytes * (1 - update_hit)
     # Far from the cache (TLB misses, DRAM pages) a miss costs more: a term growing with log2 of how many
     # cache sizes the kernel spans (its tables share the TLB as the cache) bends bandwidth with footprint.
@@ -250,10 +259,11 @@ def terms_in_cache(
     ]
     bwd_update = [0.0] * (len(DIM_CLASSES) + 1)
     bwd_update[b.miss_slot] = update_miss * in_memory
+    passes = 1 if b.dense else 2  # the fused kernel sorts the ids, then scatters; the dense one scatters
     bwd = [
         1.0,  # table
-        2 * lookups,  # lookup
-        2 * lookups * INDEX_BYTES,  # index_bytes
+        passes * lookups,  # lookup
+        passes * lookups * INDEX_BYTES,  # index_bytes
         b.outputs * cols * OUTPUT_BYTES,  # out_bytes
         lookups * cols * OUTPUT_BYTES,  # accum_bytes
         b.update_bytes * update_hit,  # update_hit_bytes

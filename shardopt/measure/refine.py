@@ -28,7 +28,7 @@ from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
-from shardopt.measure.alone import alone_plan, alone_samples, measurable
+from shardopt.measure.alone import alone_plan, alone_samples, measurable, replica_factors
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
@@ -78,9 +78,14 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     converged = False
     alone = _alone_round(workload, base_model, deadline, device, backend,
                          room=2 + FINALISTS * FINAL_ROUNDS / ROUNDS)  # a plan's round and the finalists after it
+    replicas: tuple[TableFactor, ...] = ()  # measured alone once; no plan's rank tells them apart
+
+    def fitted_factors(fitted: dict[str, tuple[float, float]]) -> tuple[TableFactor, ...]:
+        return table_factors(workload, fitted) + replicas
+
     if alone is not None:
-        samples, fitted, alone_row = alone
-        factors = table_factors(workload, fitted)
+        samples, fitted, alone_row, replicas = alone
+        factors = fitted_factors(fitted)
         if progress:
             progress(f"each table measured alone ({alone_row['tables']} tables): the model off by"
                      f" {alone_row['rank_error_before']:.1%} per table before the fit")
@@ -109,7 +114,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         rounds.append(_Round(factors, plan, step, {
             "step_ms": round(step, 4), "slowest_over_mean": round(max(lookups) / (sum(lookups) / len(lookups)), 4),
             "rank_error_before": round(before, 4), "rank_error_after": round(rank_error(new, fitted), 4)}))
-        factors = table_factors(workload, fitted)
+        factors = fitted_factors(fitted)
         if progress:
             row = rounds[-1].row
             progress(f"round {len(rounds)}: measured step {row['step_ms']:.2f} ms, slowest rank"
@@ -141,15 +146,15 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
     if alone is None:
         return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
                       if measurable(workload) else "more tables than a workload may have ranks"}
-    _, fitted, row = alone
-    return dataclasses.replace(base, table_factors=table_factors(workload, fitted)), row
+    _, fitted, row, replicas = alone
+    return dataclasses.replace(base, table_factors=table_factors(workload, fitted) + replicas), row
 
 
 def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
                  backend: str, room: float) -> Optional[tuple[list, dict, dict]]:
     """Each table measured alone (:mod:`shardopt.measure.alone`) where ``room`` times such a
     round fits before ``deadline``: (its samples, the factors fitted to them, what the report
-    keeps of it); else None."""
+    keeps of it, the replicas' factors); else None."""
     made = alone_plan(workload)
     if made is None:
         return None
@@ -160,10 +165,12 @@ def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, 
     started = time.perf_counter()
     samples = alone_samples(model, alone, plan, lambda w, p: replay_side_by_side(
         w, {"alone": p}, ROUNDS, seed=SEED - 2, device=device, backend=backend).per_rank["alone"])
+    replicas = replica_factors(model, workload, device=device, backend=backend)
     seconds = round(time.perf_counter() - started, 1)
     fitted = fit_factors(samples)
-    return samples, fitted, {"tables": len(samples), "rank_error_before": round(rank_error(samples), 4),
-                             "rank_error_after": round(rank_error(samples, fitted), 4), "seconds": seconds}
+    return samples, fitted, {"tables": len(samples), "replicas": len(replicas),
+                             "rank_error_before": round(rank_error(samples), 4),
+                             "rank_error_after": round(rank_error(samples, fitted), 4), "seconds": seconds}, replicas
 
 
 def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> float:

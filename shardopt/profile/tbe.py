@@ -93,10 +93,12 @@ def measure_kernel(
     location: str = "hbm",
     warmup: int = 2,
     iters: int = 5,
+    dense: bool = False,
 ) -> KernelMeasurement:
-    """Time one fused kernel over the given batches (each one Bags per spec, same batch size)."""
+    """Time one fused kernel (``dense``: replicas' kernel) over the given batches (each one Bags
+    per spec, same batch size)."""
     prepared = PreparedKernel(specs, batches, backend=backend, device=device, precision=precision,
-                              location=location)
+                              location=location, dense=dense)
     return prepared.time(warmup, iters)
 
 

@@ -149,3 +149,44 @@ def test_declared_links_win_over_the_curves_measured_here():
                         shards=(Shard(rank=i % 4, offsets=(0, 0), sizes=(50_000, 64)),)) for i in range(8)]
     comm = [sum(r.fwd_comm_ms + r.bwd_comm_ms for r in model.breakdown(w, tables)) for w in (plain, slow)]
     assert comm[1] > 10 * comm[0]
+
+
+def _replica(workload, kernel, model=None):
+    table = workload.tables[0]
+    spec = ShardSpec(table, "data_parallel", table.num_embeddings, table.embedding_dim, kernel)
+    return (model or AnalyticCostModel()).shard_cost(workload, spec)
+
+
+def test_a_data_parallel_replica_steps_over_every_row_of_its_table():
+    # TorchRec's dense kernel: a gradient as large as the table and Adagrad over every row, where
+    # the fused kernel updates the rows looked up. At the same lookups, more rows cost the dense
+    # replica more in backward, and never its forward.
+    small, large = _workload(rows=2_000, pooling=50.0), _workload(rows=2_000_000, pooling=50.0)
+    for w in (small, large):
+        assert _replica(w, "dense").fwd_compute_ms == pytest.approx(_replica(w, "fused").fwd_compute_ms)
+    grow_dense = _replica(large, "dense").bwd_compute_ms / _replica(small, "dense").bwd_compute_ms
+    grow_fused = _replica(large, "fused").bwd_compute_ms / _replica(small, "fused").bwd_compute_ms
+    assert grow_dense > 5 * grow_fused
+    # a small table looked up often: one pass over the ids (no sort) costs less than the fused two
+    hot = _workload(rows=500, pooling=300.0)
+    assert _replica(hot, "dense").bwd_compute_ms < _replica(hot, "fused").bwd_compute_ms
+
+
+def test_a_tables_measured_factor_prices_its_fused_kernel_not_its_dense_replica():
+    from conftest import ROOT
+    from shardopt.costmodel.store import load_model
+    from shardopt.costmodel.table_factors import TableFactor
+
+    w = _workload(rows=5_000)
+    cal = load_model(ROOT / "shardopt" / "data" / "models" / "cpu.json")[0].calibration
+    factored = AnalyticCostModel(calibration=dataclasses.replace(
+        cal, table_factors=(TableFactor("t", 5_000, 64, 10.0, 2.0, 3.0),)))
+    base = AnalyticCostModel(calibration=dataclasses.replace(cal, table_factors=()))
+    whole = ShardSpec(w.tables[0], "table_wise", 5_000, 64)
+    assert factored.shard_cost(w, whole).bwd_compute_ms == pytest.approx(3.0 * base.shard_cost(w, whole).bwd_compute_ms)
+    assert _replica(w, "dense", factored).bwd_compute_ms == pytest.approx(_replica(w, "dense", base).bwd_compute_ms)
+    # the replica's own factor (measured as a replica) prices the replica, and only it
+    replica = AnalyticCostModel(calibration=dataclasses.replace(
+        cal, table_factors=(TableFactor("t", 5_000, 64, 10.0, 1.0, 0.5, "dense"),)))
+    assert _replica(w, "dense", replica).bwd_compute_ms == pytest.approx(0.5 * _replica(w, "dense", base).bwd_compute_ms)
+    assert replica.shard_cost(w, whole).bwd_compute_ms == pytest.approx(base.shard_cost(w, whole).bwd_compute_ms)

@@ -81,3 +81,42 @@ def test_a_sample_counted_ten_times_outweighs_one_that_says_otherwise():
     assert 1.8 < factor < 2.0
     assert fit_factors([RankSample((0.0, 0.0), {"t": (1.0, 1.0)}, (2.0, 2.0)), rank], ridge=0.0)["t"][1] == pytest.approx(
         np.sqrt(2.0), rel=1e-6)
+
+
+def _replicable_workload(dp_allowed: bool = True):
+    from shardopt.core.workload import workload_from_dict
+
+    types = None if dp_allowed else ["table_wise", "column_wise"]
+    tables = [{"name": f"c{i}", "num_embeddings": 4_000, "embedding_dim": 32, "pooling_factor": 4.0,
+               **({"sharding_types": types} if types else {})} for i in range(5)]
+    tables.append({"name": "hot", "num_embeddings": 600, "embedding_dim": 16, "pooling_factor": 200.0,
+                   **({"sharding_types": types} if types else {})})
+    return workload_from_dict({"version": 1, "name": "r", "batch_size": 64, "tables": tables,
+                               "topology": {"world_size": 4, "hbm_cap": "1GB", "compute_device": "cpu"}})
+
+
+def test_a_table_the_search_may_replicate_is_measured_as_a_replica_and_priced_in_that_kernel_only():
+    from shardopt.contracts import PlanConfig, ShardSpec
+    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.alone import replica_factors
+    from shardopt.search.candidates import workload_candidates
+
+    workload = _replicable_workload()
+    model, _ = resolve_cost_model("analytic", workload)
+    candidates, _ = workload_candidates(workload, model, PlanConfig().candidates)
+    replicable = {name for name, cands in candidates.items() if any(c.sharding_type == "data_parallel" for c in cands)}
+    assert "hot" in replicable
+    factors = replica_factors(model, workload, iters=3)
+    assert {f.name for f in factors} == replicable and {f.kernel for f in factors} == {"dense"}
+    assert all(1 / 8 <= x <= 8 for f in factors for x in (f.fwd, f.bwd))
+    hot = next(f for f in factors if f.name == "hot")
+    priced = AnalyticCostModel(calibration=__import__("dataclasses").replace(model.calibration, table_factors=factors))
+    table = workload.table("hot")
+    replica = ShardSpec(table, "data_parallel", 600, 16, "dense")
+    assert priced.shard_cost(workload, replica).bwd_compute_ms == pytest.approx(
+        hot.bwd * model.shard_cost(workload, replica).bwd_compute_ms)
+    whole = ShardSpec(table, "table_wise", 600, 16)
+    assert priced.shard_cost(workload, whole) == model.shard_cost(workload, whole)
+    # a workload whose tables may not be replicated measures none
+    assert replica_factors(model, _replicable_workload(dp_allowed=False)) == ()

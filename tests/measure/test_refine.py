@@ -90,7 +90,7 @@ def test_table_factors_survive_the_model_file_and_bad_ones_are_named(tmp_path):
     from conftest import ROOT
 
     parts, meta = load_model(ROOT / "shardopt" / "data" / "models" / "cpu.json")
-    factors = (TableFactor("t0", 100, 64, 12.5, 1.25, 0.8),)
+    factors = (TableFactor("t0", 100, 64, 12.5, 1.25, 0.8), TableFactor("t0", 100, 64, 12.5, 1.0, 0.5, "dense"))
     parts = dataclasses.replace(parts, calibration=dataclasses.replace(parts.calibration, table_factors=factors))
     path = tmp_path / "m.json"
     save_model(path, parts, meta["report"])
@@ -103,7 +103,8 @@ def test_table_factors_survive_the_model_file_and_bad_ones_are_named(tmp_path):
     assert [w for w in resolve_cost_model(f"learned@{path}", workload)[1] if f"analytic@{path}" in w]
     good = path.read_text()
     for bad, says in (({"fwd": -1.0}, "table_factors[0].fwd"), ({"bwd": 1e9}, "table_factors[0].bwd"), ({"rows": 0}, "table_factors[0].rows/dim"),
-                      ({"extra": 1}, "table_factors[0]: must hold exactly")):
+                      ({"extra": 1}, "table_factors[0]: must hold exactly"), ({"kernel": "sparse"}, "table_factors[0].kernel"),
+                      ({"kernel": "dense"}, "table_factors[1].name: must be a table name given once per kernel")):
         data = json.loads(good)
         data["calibration"]["table_factors"][0].update(bad)
         path.write_text(json.dumps(data))
@@ -121,6 +122,7 @@ def machine(monkeypatch):
     model.held_out = 0.05
     fake = FakeMachine(model)
     monkeypatch.setattr("shardopt.measure.refine.replay_side_by_side", fake.replay)
+    monkeypatch.setattr("shardopt.measure.refine.replica_factors", fake.replicas)
     return workload, model, fake
 
 
@@ -199,5 +201,8 @@ def test_tables_alone_are_measured_only_where_they_fit_the_time_left(machine):
     assert fake.calls == 0 and calibration.table_factors == () and "the probe's time ended first" in row["skipped"]
     calibration, row = alone_refined(workload, model.calibration, held_out=model.held_out,
                                      deadline=time.perf_counter() + 60)
-    assert fake.calls == 1 and row["tables"] == len(workload.tables) == len(calibration.table_factors)
+    fused = [f for f in calibration.table_factors if f.kernel == "fused"]
+    assert fake.calls == 1 and row["tables"] == len(workload.tables) == len(fused)
+    assert [f for f in calibration.table_factors if f.kernel == "dense"] == list(fake.replicas(model, workload))
+    assert row["replicas"] == len(fake.replicas(model, workload))
     assert row["rank_error_after"] < row["rank_error_before"]
