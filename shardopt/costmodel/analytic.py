@@ -156,9 +156,7 @@ class AnalyticCostModel(CostModel):
                 ShardBasis(hw, table, rows, cols, lookups=lookups, samples=shard_samples(workload, sharding_type),
                            optimizer=workload.optimizer, compute_kernel=spec.compute_kernel,
                            cache_load_factor=spec.cache_load_factor),
-                # A replica runs the dense kernel, another algorithm (no sort of its ids): its own factor.
-                factor_of(self.calibration.table_factors if self.calibration else (), table,
-                          "dense" if spec.compute_kernel == "dense" else "fused"),
+                factor_of(self.calibration.table_factors if self.calibration else (), table, spec.compute_kernel),
                 self._comm_seconds(workload, hw, sharding_type, rows, cols, lookups, len(table.features)),
                 shard_memory(workload.optimizer, spec),
             )

@@ -64,14 +64,15 @@ def _index(factors: tuple[TableFactor, ...]) -> dict[tuple[str, str], TableFacto
     return {(f.name, f.kernel): f for f in factors}
 
 
-def factor_of(factors: tuple[TableFactor, ...], table: "Table", kernel: str = "fused") -> tuple[float, float]:
-    """The table's (forward, backward) correction in ``kernel`` where ``factors`` hold one for a
-    table of its name and shape (a hot-row head or tail: of its table's name and width); else
-    (1, 1): a factor measured in one kernel does not speak for the other's algorithm."""
+def factor_of(factors: tuple[TableFactor, ...], table: "Table", compute_kernel: str = "fused") -> tuple[float, float]:
+    """The table's (forward, backward) correction in its compute kernel (``dense``: a replica's;
+    any other: the fused kernel's) where ``factors`` hold one for a table of its name and shape (a
+    hot-row head or tail: of its table's name and width); else (1, 1): a factor measured in one
+    kernel does not speak for the other's algorithm (a replica's does not sort its ids)."""
     if not factors:
         return 1.0, 1.0
     name = base_name(table.name)
-    f = _index(factors).get((name, kernel))
+    f = _index(factors).get((name, "dense" if compute_kernel == "dense" else "fused"))
     if f is None or not (f.matches(table) if name == table.name else f.dim == table.embedding_dim):
         return 1.0, 1.0
     return f.fwd, f.bwd

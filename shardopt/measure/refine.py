@@ -67,8 +67,10 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     base = dataclasses.replace(calibration, table_factors=())
     base_model = _model(base, held_out)
 
+    replicas: tuple[TableFactor, ...] = ()  # the replicas' own factors: measured alone, no plan tells them apart
+
     def corrected(factors: tuple[TableFactor, ...]) -> AnalyticCostModel:
-        return _model(dataclasses.replace(base, table_factors=factors), held_out)
+        return _model(dataclasses.replace(base, table_factors=factors + replicas), held_out)
 
     measure = functools.partial(_measure, workload, device, backend)
     samples, seen, rounds = [], set(), []
@@ -78,14 +80,9 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     converged = False
     alone = _alone_round(workload, base_model, deadline, device, backend,
                          room=2 + FINALISTS * FINAL_ROUNDS / ROUNDS)  # a plan's round and the finalists after it
-    replicas: tuple[TableFactor, ...] = ()  # measured alone once; no plan's rank tells them apart
-
-    def fitted_factors(fitted: dict[str, tuple[float, float]]) -> tuple[TableFactor, ...]:
-        return table_factors(workload, fitted) + replicas
-
     if alone is not None:
         samples, fitted, alone_row, replicas = alone
-        factors = fitted_factors(fitted)
+        factors = table_factors(workload, fitted)
         if progress:
             progress(f"each table measured alone ({alone_row['tables']} tables): the model off by"
                      f" {alone_row['rank_error_before']:.1%} per table before the fit")
@@ -114,7 +111,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         rounds.append(_Round(factors, plan, step, {
             "step_ms": round(step, 4), "slowest_over_mean": round(max(lookups) / (sum(lookups) / len(lookups)), 4),
             "rank_error_before": round(before, 4), "rank_error_after": round(rank_error(new, fitted), 4)}))
-        factors = fitted_factors(fitted)
+        factors = table_factors(workload, fitted)
         if progress:
             row = rounds[-1].row
             progress(f"round {len(rounds)}: measured step {row['step_ms']:.2f} ms, slowest rank"
@@ -133,7 +130,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
               "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}
-    return dataclasses.replace(base, table_factors=chosen), report
+    return dataclasses.replace(base, table_factors=chosen + replicas), report
 
 
 def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Optional[float], deadline: float,

@@ -30,9 +30,10 @@ def test_one_rank_of_a_plan_with_every_cut_equals_its_entry(monkeypatch):
 
     Planned robust and for a CPU other than the packaged model's whatever this machine is: on the
     packaged model's own CPU the default (nominal) search kept every table whole here, and the
-    test asserted nothing about cuts (it failed on that machine alone)."""
+    test asserted nothing about cuts (it failed on that machine alone). Hot task 6: column, row
+    and table-row cuts (task 1 kept every table whole once replicas were priced as the dense kernel)."""
     monkeypatch.setenv(CPU_ID_VARIABLE, "GenuineIntel/6/85/7 avx2")
-    task = regime_task("hot", 1)
+    task = regime_task("hot", 6)
     plan = plan_with(task.workload, PlanConfig(candidates="all", time_limit_s=1.0, robust="on"))
     model = AnalyticCostModel()
     whole = model.breakdown(task.workload, plan.tables)

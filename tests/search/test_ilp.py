@@ -303,11 +303,12 @@ def _robust_search(workload, model):
 def test_the_search_keeps_the_better_of_the_solvers_plan_and_the_warm_start_each_finished(monkeypatch):
     """Both plans are finished (repair, make-up); the plan is the one the whole model rates best
     of the two, the warm start's on a tie, and its status says when that is the warm start's. On
-    this task the solver's plan, finished, comes out behind (it was kept before 2026-12-05)."""
+    this task the solver's plan, finished, comes out behind (comm-1002 until replicas were priced as
+    the dense kernel, 2026-12-05; comm-1003 since)."""
     from shardopt.bench.regimes import regime_task
     from shardopt.costmodel.uncertainty import plan_score
 
-    workload = regime_task("comm", 1002).workload
+    workload = regime_task("comm", 1003).workload
     model = AnalyticCostModel()
     search = _robust_search(workload, model)
     finished = []
