@@ -148,7 +148,7 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
 
 
 def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
-                 backend: str, room: float) -> Optional[tuple[list, dict, dict]]:
+                 backend: str, room: float) -> Optional[tuple[list, dict, dict, tuple[TableFactor, ...]]]:
     """Each table measured alone (:mod:`shardopt.measure.alone`) where ``room`` times such a
     round fits before ``deadline``: (its samples, the factors fitted to them, what the report
     keeps of it, the replicas' factors); else None."""

@@ -20,11 +20,12 @@ from typing import Sequence
 
 import torch
 
+from shardopt.profile.tbe_torch import TorchTbeKernel
+
 
 class _DenseStep:
     """A dense module's backward: its gradient, then Adagrad over every row."""
 
-    module: torch.nn.Module
     optimizer: torch.optim.Optimizer
 
     def backward(self, output, grad):
@@ -65,33 +66,14 @@ class FbgemmDenseKernel(_DenseStep):
         return self.module(indices, offsets)
 
 
-class TorchDenseKernel(_DenseStep):
-    """The same in torch: ``embedding_bag`` per table with a dense gradient, then Adagrad."""
+class TorchDenseKernel(_DenseStep, TorchTbeKernel):
+    """The same in torch: torch-tbe's layout and pooled gather (``embedding_bag``), differentiated
+    by autograd into a dense gradient, then Adagrad over every row."""
 
     def __init__(self, specs: Sequence, precision: str, device: str, *, learning_rate: float, eps: float,
                  dtypes: dict, backend: str) -> None:
+        TorchTbeKernel.__init__(self, specs, precision, device, learning_rate=learning_rate, eps=eps, dtypes=dtypes)
         self.backend = backend
-        self.device = torch.device(device)
-        self.module = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.empty(s.rows, s.dim, dtype=dtypes[precision], device=self.device)
-                               .uniform_(-1 / max(1, s.dim) ** 0.5, 1 / max(1, s.dim) ** 0.5))
-            for s in specs
-        )
-        self.optimizer = torch.optim.Adagrad(self.module.parameters(), lr=learning_rate, eps=eps)
-
-    def prepare(self, indices, offsets):
-        """Each table's ids and bag offsets, out of FBGEMM's table-major layout."""
-        tables = len(self.module)
-        batch = (len(offsets) - 1) // tables
-        out = []
-        for t in range(tables):
-            bounds = offsets[t * batch:(t + 1) * batch + 1]
-            first = int(bounds[0])
-            out.append((indices[first:int(bounds[-1])].to(self.device), (bounds - first).to(self.device)))
-        return out
-
-    def forward(self, prepared):
-        return torch.cat([
-            torch.nn.functional.embedding_bag(ids, weight, offs, mode="sum", include_last_offset=True).float()
-            for weight, (ids, offs) in zip(self.module, prepared)
-        ], dim=1)
+        for w in self.weight:
+            w.requires_grad_()
+        self.optimizer = torch.optim.Adagrad(self.weight, lr=learning_rate, eps=eps)

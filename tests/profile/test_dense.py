@@ -27,7 +27,7 @@ def test_the_torch_twin_pools_each_table_and_steps_adagrad_on_every_row():
     specs = [KernelSpec(7, 4), KernelSpec(5, 8)]
     kernel = build_kernel("torch-tbe", specs, dense=True)
     assert isinstance(kernel, TorchDenseKernel) and kernel.backend == "torch-tbe"
-    before = [w.detach().clone() for w in kernel.module]
+    before = kernel.weights()
     ids, offsets = _inputs(specs, 3, np.random.default_rng(0))
     out = kernel.forward(kernel.prepare(ids, offsets))
     assert out.shape == (3, 12)
@@ -40,8 +40,8 @@ def test_the_torch_twin_pools_each_table_and_steps_adagrad_on_every_row():
     # One Adagrad step from zero state: w -= lr * g / (|g| + eps), on every row (untouched rows: g = 0)
     counts = torch.zeros(7).index_add_(0, ids[:int(offsets[3])], torch.ones(int(offsets[3])))
     g = counts[:, None].expand(7, 4)
-    assert torch.allclose(kernel.module[0], before[0] - LEARNING_RATE * g / (g.abs() + EPS), atol=1e-6)
-    assert all(w.grad is None for w in kernel.module)  # the gradient is spent, as zero_grad leaves it
+    assert torch.allclose(kernel.weights()[0], before[0] - LEARNING_RATE * g / (g.abs() + EPS), atol=1e-6)
+    assert all(w.grad is None for w in kernel.weight)  # the gradient is spent, as zero_grad leaves it
 
 
 @needs_fbgemm
@@ -54,9 +54,7 @@ def test_fbgemm_dense_and_the_torch_twin_agree_step_after_step(dims, seed, batch
     fb = build_kernel("fbgemm", specs, dense=True)
     tt = build_kernel("torch-tbe", specs, dense=True)
     assert isinstance(fb, FbgemmDenseKernel)
-    with torch.no_grad():
-        for src, dst in zip(fb.module.split_embedding_weights(), tt.module):
-            dst.copy_(src)
+    tt.set_weights(fb.module.split_embedding_weights())
     for _ in range(3):
         ids, offsets = _inputs(specs, batch, rng)
         a, b = fb.forward(fb.prepare(ids, offsets)), tt.forward(tt.prepare(ids, offsets))
@@ -64,7 +62,7 @@ def test_fbgemm_dense_and_the_torch_twin_agree_step_after_step(dims, seed, batch
         grad = torch.from_numpy(rng.normal(size=tuple(a.shape))).float()
         fb.backward(a, grad)
         tt.backward(b, grad)
-    for x, y in zip(fb.module.split_embedding_weights(), tt.module):
+    for x, y in zip(fb.module.split_embedding_weights(), tt.weights()):
         assert torch.allclose(x, y, atol=1e-5)
 
 
