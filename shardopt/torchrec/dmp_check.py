@@ -18,6 +18,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 
 TABLES = (  # name, rows, dim, forced sharding type
@@ -232,9 +233,11 @@ def _reference_step(reference, step: int, world: int) -> None:
             param -= LR * scale * grad
 
 
-def spawn_ranks(target, world: int, extra: tuple = ()) -> list:
+def spawn_ranks(target, world: int, extra: tuple = (), timeout: float = 600.0) -> list:
     """Run ``target(rank, world, port, *extra, queue)`` in ``world`` spawned processes (gloo on
-    one port) and return what each put on the queue; a rank's error (a string) stops them all."""
+    one port) and return what each put on the queue; a rank's error (a string) stops them all, and
+    so does a rank that dies without a word (a crash, or an error before it could report): its
+    peers would wait for it in gloo until the timeout."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -244,18 +247,42 @@ def spawn_ranks(target, world: int, extra: tuple = ()) -> list:
     for p in procs:
         p.start()
     results = []
-    for _ in procs:
-        item = queue.get(timeout=600)
-        if isinstance(item, str):
-            for p in procs:
-                p.terminate()
-            raise RuntimeError(item)
-        results.append(item)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(results) < world:
+            item = _next_report(queue, procs, deadline, timeout)
+            if isinstance(item, str):
+                raise RuntimeError(item)
+            results.append(item)
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        raise
     for p in procs:
         p.join(timeout=60)
         if p.exitcode not in (0, None):
             raise RuntimeError(f"rank process exited with {p.exitcode}")
     return results
+
+
+def _next_report(queue, procs, deadline: float, timeout: float):
+    """The next item a rank put on ``queue``; raises once a rank has died without one, or past
+    ``deadline``. A rank that reported its error and then exited is heard out first."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=0.5)
+        except queues.Empty:
+            pass
+        dead = next(((r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (0, None)), None)
+        if dead is not None:
+            try:
+                return queue.get(timeout=2)  # what it put just before it went
+            except queues.Empty:
+                raise RuntimeError(f"rank {dead[0]}: its process exited with {dead[1]} before it reported") from None
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the ranks did not report within {timeout:.0f} s")
 
 
 def run_check(world: int, measured: bool = False) -> list[CheckResult]:

@@ -258,6 +258,19 @@ def test_dmp_trained_with_a_plan_from_measured_statistics_matches_an_unsharded_m
         assert r.max_pooled_error < 1e-5 and r.max_weight_error < 1e-5, r
 
 
+def test_a_rank_that_dies_without_a_word_stops_the_wait_at_once():
+    """A rank process that fails before it can report (here: its target takes the wrong arguments)
+    is named within seconds; its peers' results were never coming, and the wait was 600 s."""
+    import time
+
+    from shardopt.torchrec.dmp_check import spawn_ranks
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank \d: its process exited with 1 before it reported"):
+        spawn_ranks(abs, 2, timeout=120)
+    assert time.monotonic() - started < 60
+
+
 def test_compare_bounds_torchrecs_planner_and_still_prints_shardopts_side(runner, tmp_path, monkeypatch):
     """TorchRec's planner runs in a child process; one stopped at the hard bound leaves its side
     empty with the reason, shardopt's side printed and replayed alone; progress goes to stderr."""
