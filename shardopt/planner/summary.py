@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
+import numpy as np
+
 from shardopt.contracts import Breakdown
 from shardopt.core.plan import Plan, Predicted, RankBreakdown
 from shardopt.core.units import format_bytes
@@ -13,19 +15,28 @@ from shardopt.core.workload import Workload
 BAR_WIDTH = 30
 
 
+# A plan's summary lists at most this many ranks: at hundreds or thousands of ranks a line each
+# would bury the lines after it. The costliest are shown, with the spread over all of them.
+SUMMARY_RANKS = 32
+
+
 def breakdown_table(
-    workload: Workload, per_rank: Sequence[RankBreakdown], bottleneck: int | None = None
+    workload: Workload, per_rank: Sequence[RankBreakdown], bottleneck: int | None = None,
+    most: int | None = None,
 ) -> str:
-    """Per-rank costs and memory with a bar per rank, scaled to the most loaded."""
+    """Per-rank costs and memory with a bar per rank, scaled to the most loaded; with ``most``,
+    only that many ranks (each phase's slowest, the costliest, the fullest, the least loaded)
+    and the spread over all."""
     topo = workload.topology
     peak = Breakdown.of(per_rank).bottleneck_ms or 1.0
     if bottleneck is None:
         bottleneck = max(per_rank, key=lambda r: (r.total_ms, -r.rank)).rank
+    shown = _ranks_shown(per_rank, bottleneck, topo.rank_caps, most)
     lines = [
         f"{'rank':>4} {'fwd_comp':>9} {'bwd_comp':>9} {'fwd_comm':>9} {'bwd_comm':>9}"
         f" {'total_ms':>9}  {'memory':>10} {'used':>5}  cost"
     ]
-    for r in per_rank:
+    for r in shown:
         bar = "#" * max(1, round(BAR_WIDTH * r.total_ms / peak)) if r.total_ms else ""
         mark = " <- bottleneck" if r.rank == bottleneck else ""
         lines.append(
@@ -33,7 +44,34 @@ def breakdown_table(
             f" {r.fwd_comm_ms:>9.3f} {r.bwd_comm_ms:>9.3f} {r.total_ms:>9.3f}"
             f"  {format_bytes(r.hbm_bytes):>10} {r.hbm_bytes / topo.rank_caps[r.rank]:>5.0%}  {bar}{mark}"
         )
+    if len(shown) < len(per_rank):
+        totals = np.array([r.total_ms for r in per_rank])
+        lines.append(
+            f"({len(shown)} of {len(per_rank)} ranks shown: each phase's slowest, the costliest, the fullest"
+            " and the least loaded;"
+            f" total_ms over every rank: min {totals.min():.3f}, median {np.median(totals):.3f},"
+            f" 90th percentile {np.percentile(totals, 90):.3f}, max {totals.max():.3f}."
+            " Every rank: `shardopt evaluate WORKLOAD PLAN`, or the plan file's predicted.per_rank)"
+        )
     return "\n".join(lines)
+
+
+def _ranks_shown(per_rank: Sequence[RankBreakdown], bottleneck: int, caps: Sequence[int],
+                 most: int | None) -> list[RankBreakdown]:
+    """Every rank, or (past ``most``) in rank order: the slowest of each phase (the critical
+    path's ranks), the bottleneck, the rank with the most of its memory used, the least loaded,
+    and the costliest others up to ``most``."""
+    if most is None or len(per_rank) <= most:
+        return list(per_rank)
+    phases = ("fwd_compute_ms", "bwd_compute_ms", "fwd_comm_ms", "bwd_comm_ms")
+    keep = {max(per_rank, key=lambda r: (getattr(r, p), -r.rank)).rank for p in phases}
+    keep |= {bottleneck, max(per_rank, key=lambda r: (r.hbm_bytes / caps[r.rank], -r.rank)).rank,
+             min(per_rank, key=lambda r: (r.total_ms, r.rank)).rank}
+    for r in sorted(per_rank, key=lambda r: (-r.total_ms, r.rank)):
+        if len(keep) >= most:
+            break
+        keep.add(r.rank)
+    return [r for r in per_rank if r.rank in keep]
 
 
 def _constants_line(workload: Workload) -> str:
@@ -90,8 +128,9 @@ def sensitivity_lines(predicted: Predicted) -> list[str]:
 
 
 def _scale(value: float) -> str:
+    """1/3 as ``1/3``, also as the plan file keeps it (0.333333, six digits)."""
     for den in (1, 2, 3, 4):
-        if abs(value * den - round(value * den)) < 1e-9:
+        if abs(value * den - round(value * den)) < 1e-5:
             return f"{round(value * den)}" if den == 1 else f"{round(value * den)}/{den}"
     return f"{value:g}"
 
@@ -153,7 +192,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
         f" hardware {hardware}), cost model {predicted.cost_model if predicted else 'none'}"
     ]
     if predicted:
-        lines.append(breakdown_table(workload, predicted.per_rank, predicted.bottleneck.rank))
+        lines.append(breakdown_table(workload, predicted.per_rank, predicted.bottleneck.rank, SUMMARY_RANKS))
         b = predicted.bottleneck
         lines.append(
             f"bottleneck: rank {b.rank} at {b.total_ms:.3f} ms; lower bound"
