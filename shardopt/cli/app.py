@@ -11,9 +11,14 @@ one error line and nothing else, whatever the machine it runs on.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import signal
 import sys
+import threading
+import time
+from contextlib import contextmanager
 
 import click
 
@@ -52,6 +57,50 @@ def _flush_warnings() -> None:
     for line in _PENDING:
         click.echo(line, err=True)
     _PENDING.clear()
+
+
+@contextmanager
+def stage_status(stream=None, every_s: float = 1.0):
+    """While a plan is made, one line on a terminal's stderr: the search's stage (its INFO
+    messages) and the seconds so far, redrawn each ``every_s`` and wiped at the end. Piped or
+    captured, nothing: a log keeps no redrawn lines, and a failing command keeps its one line."""
+    stream = stream if stream is not None else sys.stderr
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        yield
+        return
+    log, started, stage = logging.getLogger("shardopt.search"), time.monotonic(), ["planning"]
+    done, lock = threading.Event(), threading.Lock()
+
+    def draw() -> None:
+        width = shutil.get_terminal_size().columns - 1  # a wrapped line would not be wiped
+        with lock:
+            stream.write(f"\r\x1b[K{time.monotonic() - started:4.0f} s  {stage[0]}"[:width + 4])
+            stream.flush()
+
+    class Stage(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            stage[0] = record.getMessage()
+            draw()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            draw()
+
+    handler, level = Stage(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    ticker = threading.Thread(target=tick, name="stage-status", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        log.removeHandler(handler)
+        log.setLevel(level)
+        with lock:
+            stream.write("\r\x1b[K")
+            stream.flush()
 
 
 # click >= 8.2 raises this for a group called with no command (older clicks print help themselves).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from shardopt.cli.app import main, warn
+from shardopt.cli.app import main, stage_status, warn
 from shardopt.cli.options import COMM_PROFILE_HELP, model_path, plan_config_options
 from shardopt.contracts import PlanConfig
 from shardopt.core.errors import ShardoptError
@@ -47,7 +47,8 @@ def plan(workload: Path, output: Path | None, config: PlanConfig, quiet: bool, e
     for warning in warnings:
         warn(warning)
     try:
-        result = plan_with(wl, config, cost_model=model, sha256=sha, source=str(workload))
+        with stage_status():
+            result = plan_with(wl, config, cost_model=model, sha256=sha, source=str(workload))
     except ShardoptError as exc:
         if explain and exc.details:
             for line in exc.details:

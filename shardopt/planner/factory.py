@@ -4,6 +4,7 @@ TorchRec plugin and the bench turn a configuration into a search, so no default 
 from __future__ import annotations
 
 import gc
+import logging
 from contextlib import contextmanager
 from typing import Optional
 
@@ -95,6 +96,9 @@ def _reference(config: PlanConfig, workload: Workload, model: CostModel):
     from shardopt.core.errors import ErrorKind, ShardoptError
     from shardopt.search.greedy import GreedySearch
 
+    logging.getLogger("shardopt.search").info(
+        "pricing the cuts of %d tables on %d ranks; the nominal plan (robust's reference)",
+        len(workload.tables), workload.topology.world_size)
     try:
         return GreedySearch(repair_s=0, candidates=config.candidates).search(workload, model, possible=False).tables
     except ShardoptError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Optional
 
@@ -16,6 +17,7 @@ from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
 from shardopt.costmodel.uncertainty import Doubt, sensitivity
 
+log = logging.getLogger("shardopt.search")
 
 
 def plan_workload(
@@ -43,6 +45,7 @@ def plan_workload(
         broken = placement_violations(workload, result.tables)
         if broken:  # every search honours the rules: a plan that breaks one is a bug, never output
             raise AssertionError(f"{search.name} broke a placement rule: {broken[0]}")
+    log.info("the plan's breakdown%s", " and sensitivity" if doubt is not None else "")
     per_rank = tuple(cost_model.breakdown(workload, result.tables))
     objective = search.objective
     predicted = Predicted(

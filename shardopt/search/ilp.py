@@ -19,7 +19,7 @@ plan is re-scored by the whole cost model and its bottleneck repaired (``repair.
 from __future__ import annotations
 
 import dataclasses
-
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +60,9 @@ QUICK_SHARE = 0.1  # of the solver's work, for the whole portfolio before LNS al
 # and repair their time. Planned at a quarter of the work, 13 tasks scored 1.0013 of their
 # plans at full work (the model's geomean, worst 1.0096; benchmarks/results/plan_time.md).
 WORK_SHARE = 1 / 12
+
+# Which stage a plan is in (INFO): `shardopt plan` shows it on a terminal while a large plan runs.
+log = logging.getLogger("shardopt.search")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class IlpSearch:
             finish = held[1] if held is not None and held[1] is not None else \
                 self._finish(workload, cost_model, result.tables)
         else:
+            log.info("the solver's plan: repair, then ranks alike in make-up")
             result, finish = self._better_finished(workload, cost_model, result)
         fixed, (tables, moves) = finish
         result = with_repair(result, fixed)
@@ -249,13 +253,15 @@ class IlpSearch:
         return solver, status, bound, ran
 
     def _solve(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
         world = workload.topology.world_size
+        log.info("pricing the cuts of %d tables on %d ranks", len(workload.tables), world)
+        candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
         size = sum(
             len(c.pieces) * (world if c.placement != "fixed" else 1)
             for cands in candidates.values()
             for c in cands
         )
+        log.info("the greedy warm start")
         greedy, failure = _greedy(workload, cost_model, candidates, costs,
                                   self.objective if self.objective.robust else CRITICAL_PATH)
         self._warm = greedy.tables if greedy is not None else None
@@ -281,6 +287,7 @@ class IlpSearch:
         if greedy is not None:  # else CP-SAT starts cold: tight memory the greedy could not pack
             model.hint(model.canonical(greedy.tables))
             model.complete_hint()
+        log.info("CP-SAT on %d placements, the warm start finished beside it", size)
         solver, status, bound, ran = self._run_beside(model, workload, cost_model, greedy)
         name = solver.status_name(status)
         if any(s.wall_time >= 0.99 * s.parameters.max_time_in_seconds for s in ran):

@@ -1,13 +1,21 @@
-"""The plan summary a terminal shows: every rank of a small world, the ranks that matter of a large one."""
+"""What `plan` shows on a terminal: every rank of a small world, the ranks that matter of a large
+one, and while a plan is made, the stage it is in."""
 
 from __future__ import annotations
+
+import io
+import logging
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import CONFIGS
+from shardopt.cli.app import stage_status
+from shardopt.contracts import PlanConfig
 from shardopt.core.plan import RankBreakdown
-from shardopt.core.workload import workload_from_dict
+from shardopt.core.workload import read_workload, workload_from_dict
+from shardopt.planner import plan_with
 from shardopt.planner.summary import SUMMARY_RANKS, _scale, breakdown_table
 
 
@@ -62,3 +70,33 @@ def test_a_large_world_shows_its_costliest_fullest_and_least_loaded_ranks(totals
 @pytest.mark.parametrize("value, text", [(1 / 3, "1/3"), (0.333333, "1/3"), (3.0, "3"), (0.5, "1/2"), (0.3, "0.3")])
 def test_a_scale_reads_as_a_fraction_also_from_the_plan_files_six_digits(value, text):
     assert _scale(value) == text
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_sees_the_stage_a_plan_is_in_and_nothing_is_left_of_it():
+    workload, _ = read_workload(CONFIGS / "tiny.yaml")
+    terminal, log = _Terminal(), logging.getLogger("shardopt.search")
+    level, disabled = log.level, logging.root.manager.disable
+    logging.disable(logging.NOTSET)  # as in a fresh `shardopt plan` (other commands run in-process disable it)
+    try:
+        with stage_status(terminal, every_s=0.01):
+            plan_with(workload, PlanConfig(robust="on"))
+    finally:
+        logging.disable(disabled)
+    shown = terminal.getvalue()
+    for stage in ("the nominal plan", "the greedy warm start", "CP-SAT on", "the plan's breakdown"):
+        assert stage in shown, shown
+    assert shown.endswith("\r\x1b[K") and "\n" not in shown  # redrawn in place, wiped at the end
+    assert log.level == level and not any(type(h).__name__ == "Stage" for h in log.handlers)
+
+
+def test_a_pipe_or_a_log_file_sees_nothing_of_it():
+    workload, _ = read_workload(CONFIGS / "tiny.yaml")
+    piped = io.StringIO()
+    with stage_status(piped, every_s=0.01):
+        plan_with(workload, PlanConfig())
+    assert piped.getvalue() == ""
