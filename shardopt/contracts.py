@@ -256,6 +256,8 @@ MAX_TIME_LIMIT_S = 3600.0
 # the model's own error; a slow 2-core machine plans 100 tables x 8 ranks in about a second.
 DEFAULT_TIME_LIMIT_S = 1.0
 DEFAULT_CANDIDATES = "torchrec"
+# The logger the search says its stages on (INFO); `shardopt plan` shows them on a terminal.
+STAGE_LOGGER = "shardopt.search"
 SearchName = Literal["ilp", "greedy"]
 CandidateSet = Literal["torchrec", "all"]
 RobustMode = Literal["auto", "on", "off"]

@@ -68,7 +68,9 @@ def stage_status(stream=None, every_s: float = 1.0):
     if not (hasattr(stream, "isatty") and stream.isatty()):
         yield
         return
-    log, started, stage = logging.getLogger("shardopt.search"), time.monotonic(), ["planning"]
+    from shardopt.contracts import STAGE_LOGGER
+
+    log, started, stage = logging.getLogger(STAGE_LOGGER), time.monotonic(), ["planning"]
     done, lock = threading.Event(), threading.Lock()
 
     def draw() -> None:

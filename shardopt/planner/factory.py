@@ -8,7 +8,7 @@ import logging
 from contextlib import contextmanager
 from typing import Optional
 
-from shardopt.contracts import OBJECTIVES, Objective, PlanConfig, Search
+from shardopt.contracts import OBJECTIVES, STAGE_LOGGER, Objective, PlanConfig, Search
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
@@ -96,7 +96,7 @@ def _reference(config: PlanConfig, workload: Workload, model: CostModel):
     from shardopt.core.errors import ErrorKind, ShardoptError
     from shardopt.search.greedy import GreedySearch
 
-    logging.getLogger("shardopt.search").info(
+    logging.getLogger(STAGE_LOGGER).info(
         "pricing the cuts of %d tables on %d ranks; the nominal plan (robust's reference)",
         len(workload.tables), workload.topology.world_size)
     try:

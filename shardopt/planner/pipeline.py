@@ -10,14 +10,14 @@ from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, SearchInfo, WorkloadRef
-from shardopt.contracts import Breakdown, Search
+from shardopt.contracts import STAGE_LOGGER, Breakdown, Search
 from shardopt.search.conflict import find_conflict
 from shardopt.search.ilp import IlpSearch
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
 from shardopt.costmodel.uncertainty import Doubt, sensitivity
 
-log = logging.getLogger("shardopt.search")
+log = logging.getLogger(STAGE_LOGGER)
 
 
 def plan_workload(

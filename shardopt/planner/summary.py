@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.contracts import Breakdown
+from shardopt.contracts import PHASES, Breakdown
 from shardopt.core.plan import Plan, Predicted, RankBreakdown
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
@@ -63,8 +63,7 @@ def _ranks_shown(per_rank: Sequence[RankBreakdown], bottleneck: int, caps: Seque
     and the costliest others up to ``most``."""
     if most is None or len(per_rank) <= most:
         return list(per_rank)
-    phases = ("fwd_compute_ms", "bwd_compute_ms", "fwd_comm_ms", "bwd_comm_ms")
-    keep = {max(per_rank, key=lambda r: (getattr(r, p), -r.rank)).rank for p in phases}
+    keep = {max(per_rank, key=lambda r: (getattr(r, p), -r.rank)).rank for p in PHASES}
     keep |= {bottleneck, max(per_rank, key=lambda r: (r.hbm_bytes / caps[r.rank], -r.rank)).rank,
              min(per_rank, key=lambda r: (r.total_ms, r.rank)).rank}
     for r in sorted(per_rank, key=lambda r: (-r.total_ms, r.rank)):

@@ -31,6 +31,7 @@ from shardopt.contracts import (
     CRITICAL_PATH,
     DEFAULT_CANDIDATES,
     DEFAULT_TIME_LIMIT_S,
+    STAGE_LOGGER,
     Breakdown,
     Objective,
     SearchResult,
@@ -61,8 +62,7 @@ QUICK_SHARE = 0.1  # of the solver's work, for the whole portfolio before LNS al
 # plans at full work (the model's geomean, worst 1.0096; benchmarks/results/plan_time.md).
 WORK_SHARE = 1 / 12
 
-# Which stage a plan is in (INFO): `shardopt plan` shows it on a terminal while a large plan runs.
-log = logging.getLogger("shardopt.search")
+log = logging.getLogger(STAGE_LOGGER)
 
 
 @dataclass(frozen=True)
