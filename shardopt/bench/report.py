@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Sequence
 
 from shardopt.bench.suite import Entry
-from shardopt.core.files import write_atomic, write_figure
+from shardopt.core.files import FIGURE_MAX_IN, RANK_TICKS, write_atomic, write_figure
 from shardopt.core.plan import RankBreakdown
 
 PARTS = (("fwd_compute_ms", "forward compute"), ("bwd_compute_ms", "backward compute"),
          ("fwd_comm_ms", "forward comm"), ("bwd_comm_ms", "backward comm"))
+
+
+# Past this many ranks a bar each would be a hair wide: the parts are drawn as stacked steps.
+STEPS_FROM = 256
 
 
 def draw_rank_bars(ax, per_rank: Sequence[RankBreakdown], title: str) -> None:
@@ -22,14 +26,19 @@ def draw_rank_bars(ax, per_rank: Sequence[RankBreakdown], title: str) -> None:
     ranks = [r.rank for r in per_rank]
     for attr, label in PARTS:
         values = [getattr(r, attr) for r in per_rank]
-        ax.bar(ranks, values, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, values)]
+        top = [b + v for b, v in zip(bottom, values)]
+        if len(per_rank) >= STEPS_FROM:
+            ax.stairs(top, [ranks[0] - 0.5, *(r + 0.5 for r in ranks)], baseline=bottom, fill=True, label=label)
+        else:
+            ax.bar(ranks, values, bottom=bottom, label=label)
+        bottom = top
     worst = max(range(len(per_rank)), key=lambda i: (bottom[i], -i))
     ax.annotate("bottleneck", (ranks[worst], bottom[worst]), ha="center", va="bottom", fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("rank")
     ax.set_ylabel("ms per iteration")
-    ax.set_xticks(ranks)
+    if len(per_rank) <= RANK_TICKS:
+        ax.set_xticks(ranks)
 
 
 def plan_bars_png(per_rank: Sequence[RankBreakdown], title: str, path: Path) -> None:
@@ -38,7 +47,7 @@ def plan_bars_png(per_rank: Sequence[RankBreakdown], title: str, path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(per_rank) + 2), 3.5))
+    fig, ax = plt.subplots(figsize=(min(FIGURE_MAX_IN, max(4, 0.6 * len(per_rank) + 2)), 3.5))
     draw_rank_bars(ax, per_rank, title)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.contracts import Breakdown
+from shardopt.core.files import FIGURE_MAX_IN, RANK_TICKS
 from shardopt.core.plan import Plan, RankBreakdown
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
@@ -99,7 +100,7 @@ def trace_bars(c: TraceComparison, path: Path) -> None:
 
     world = len(c.measured)
     x = np.arange(world)
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * world + 2), 3.2))
+    fig, ax = plt.subplots(figsize=(min(FIGURE_MAX_IN, max(4.0, 0.9 * world + 2)), 3.2))
     colors = ("#4c72b0", "#55a868", "#c44e52", "#8172b2")
     for offset, ranks, label in ((-0.2, c.measured, "traced"), (0.2, c.predicted, "model")):
         bottom = np.zeros(world)
@@ -108,7 +109,8 @@ def trace_bars(c: TraceComparison, path: Path) -> None:
             ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, alpha=1.0 if label == "traced" else 0.55,
                    label=f"{ph} ({label})" if label == "traced" or ph == PHASES[0] else None)
             bottom += values
-    ax.set_xticks(x, [f"rank {r}" for r in range(world)])
+    if world <= RANK_TICKS:  # else matplotlib's own ticks: a label each would overlap
+        ax.set_xticks(x, [f"rank {r}" for r in range(world)])
     ax.set_ylabel("ms per step")
     ax.set_title(f"traced (left) and {c.model} (right, pale)")
     ax.legend(fontsize=7, ncols=2)

@@ -100,3 +100,26 @@ def test_a_pipe_or_a_log_file_sees_nothing_of_it():
     with stage_status(piped, every_s=0.01):
         plan_with(workload, PlanConfig())
     assert piped.getvalue() == ""
+
+
+@pytest.mark.parametrize("world, bars", [(8, True), (64, True), (4096, False)])
+def test_a_plans_figure_stays_a_figure_at_any_world(world, bars, tmp_path):
+    """A bar a rank up to 255 ranks, each part one stacked step past it; never wider than
+    FIGURE_MAX_IN (4096 ranks drew a PNG 270556 pixels wide in 28 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from shardopt.bench.report import draw_rank_bars, plan_bars_png
+    from shardopt.core.files import FIGURE_MAX_IN
+
+    per_rank = _ranks([1.0 + (r % 7) for r in range(world)], [10**9] * world)
+    fig, ax = plt.subplots()
+    draw_rank_bars(ax, per_rank, "t")
+    assert len(ax.patches) == (4 * world if bars else 4)
+    plt.close(fig)
+    plan_bars_png(per_rank, "t", tmp_path / "bars.png")
+    width, height = Image.open(tmp_path / "bars.png").size
+    assert width <= FIGURE_MAX_IN * 110 and height < width
