@@ -23,13 +23,14 @@ from shardopt.core.units import format_bytes
 from shardopt.core.workload import SHARDING_TYPES, Workload
 from shardopt.costmodel.base import CostModel
 from shardopt.search.candidates import TORCHREC_TYPES, piece_costs, table_candidates
+from shardopt.search.ilp import MAX_PLACEMENTS
 from shardopt.search.ilp_placement import add_group, holding
 
 # Per feasibility solve, in CP-SAT's deterministic seconds (the same answer on a busy machine);
 # the wall clock only guards. The explanation makes a few solves per member.
 SOLVE_WORK = 5.0
 WALL_GUARD_S = 60.0
-MAX_LITERALS = 400_000  # placements beyond this (as IlpSearch.max_variables): no explanation, the search's own words
+MAX_LITERALS = MAX_PLACEMENTS  # placements beyond this: no explanation, the search's own words
 
 
 @dataclass(frozen=True)

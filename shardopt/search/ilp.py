@@ -63,6 +63,15 @@ QUICK_SHARE = 0.1  # of the solver's work, for the whole portfolio before LNS al
 WORK_SHARE = 1 / 12
 
 log = logging.getLogger(STAGE_LOGGER)
+# Past this many placement literals CP-SAT is not built: its model alone outgrows a machine's
+# memory (a replan of 5000 tables over 4088 ranks reached 24 GB and was killed) and its time.
+MAX_PLACEMENTS = 400_000
+
+
+def placements(workload: Workload, candidates) -> int:
+    """How many placement literals CP-SAT would hold: each piece on each rank, a fixed one once."""
+    world = workload.topology.world_size
+    return sum(len(c.pieces) * (world if c.placement != "fixed" else 1) for cands in candidates.values() for c in cands)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class IlpSearch:
     def __init__(
         self,
         time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-        max_variables: int = 400_000,
+        max_variables: int = MAX_PLACEMENTS,
         workers: int | None = None,
         good_enough_gap: float = 0.01,
         candidates: str = DEFAULT_CANDIDATES,
@@ -256,11 +265,7 @@ class IlpSearch:
         world = workload.topology.world_size
         log.info("pricing the cuts of %d tables on %d ranks", len(workload.tables), world)
         candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
-        size = sum(
-            len(c.pieces) * (world if c.placement != "fixed" else 1)
-            for cands in candidates.values()
-            for c in cands
-        )
+        size = placements(workload, candidates)
         log.info("the greedy warm start")
         greedy, failure = _greedy(workload, cost_model, candidates, costs,
                                   self.objective if self.objective.robust else CRITICAL_PATH)

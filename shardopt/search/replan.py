@@ -32,7 +32,7 @@ from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import TORCHREC_TYPES, Candidate, Piece, piece_costs, workload_candidates
-from shardopt.search.ilp import IlpSearch
+from shardopt.search.ilp import MAX_PLACEMENTS, IlpSearch, placements
 from shardopt.search.ilp_model import IlpModel, MoveLimit
 from shardopt.search.descent import budget_descent
 from shardopt.search.repair import movable
@@ -83,6 +83,12 @@ class BudgetedSearch:
         """The CP-SAT model (its cuts narrowed to the old and the fresh plan's unless ``every_cut``;
         without ``budget``, no limit on bytes: what the fresh plan scores in it), the balance bound
         and the bytes each placement moves."""
+        candidates, costs, bound = self._offered(workload, cost_model, every_cut)
+        rect_bytes = self._rect_bytes(workload)
+        return self._model(workload, cost_model, candidates, costs, rect_bytes, budget), bound, rect_bytes
+
+    def _offered(self, workload: Workload, cost_model: CostModel, every_cut: bool = False):
+        """The cuts offered (with each table's old cut), their costs and the balance bound over them."""
         candidates, costs = workload_candidates(workload, cost_model, self.candidates)  # type: ignore[arg-type]
         for table in workload.tables:
             kept = self._old_cut(workload, table.name, candidates[table.name])
@@ -92,6 +98,9 @@ class BudgetedSearch:
         bound = balance_lower_bound(workload, cost_model, candidates, costs)
         if not every_cut:
             candidates, costs = self._narrowed(candidates, costs)
+        return candidates, costs, bound
+
+    def _rect_bytes(self, workload: Workload):
         memo: dict = {}
 
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
@@ -101,6 +110,9 @@ class BudgetedSearch:
                 memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, self.old_of.get(rank))
             return memo[key]
 
+        return rect_bytes
+
+    def _model(self, workload: Workload, cost_model: CostModel, candidates, costs, rect_bytes, budget: bool) -> IlpModel:
         def piece_bytes(name: str, cand: Candidate, p: int, rank: int) -> int:
             piece = cand.pieces[p]
             return rect_bytes(name, (0, 0, piece.row_offset + piece.rows, piece.cols) if cand.replicated_rows
@@ -108,16 +120,20 @@ class BudgetedSearch:
 
         replica_ms = max(0.0, cost_model.rank_overhead_ms(workload, {"table_wise", "data_parallel"})
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
-        model = IlpModel(workload, candidates, costs, replica_ms, cost_model.comm_curves(workload), self.objective,
-                         moves=MoveLimit(piece_bytes, self.max_bytes) if budget else None)
-        return model, bound, rect_bytes
+        return IlpModel(workload, candidates, costs, replica_ms, cost_model.comm_curves(workload), self.objective,
+                        moves=MoveLimit(piece_bytes, self.max_bytes) if budget else None)
 
     def search(self, workload: Workload, cost_model: CostModel) -> SearchResult:
-        model, bound, rect_bytes = self.build(workload, cost_model)
+        candidates, costs, bound = self._offered(workload, cost_model)
+        rect_bytes = self._rect_bytes(workload)
         starts = [tuple(h) for h in self.hints if self._moved(workload, h) <= self.max_bytes]
         # Pieces leaving for a rank that held nothing of them: rank -1 is no old rank.
         starts += self._starts(workload, cost_model,
                                lambda name, shard, rank: rect_bytes(name, (*shard.offsets, *shard.sizes), rank))
+        size = placements(workload, candidates)
+        if size > MAX_PLACEMENTS:  # as IlpSearch: the starts, each within the budget, are the plans
+            return self._best(workload, cost_model, [], starts, bound, size)
+        model = self._model(workload, cost_model, candidates, costs, rect_bytes, budget=True)
         for hint in starts:
             model.hint(hint)
             if model.complete_hint():
@@ -127,17 +143,24 @@ class BudgetedSearch:
                         objective=self.objective)
         solver, status, proved, _ = ilp._run(model)
         solved = [model.solution(solver)] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else []
-        # Starts are built from the old plan, which may break a rule the new workload adds.
-        found = solved + [s for s in starts if not placement_violations(workload, s)]
-        if not found:
-            verdict = "no plan moves so little" if status == cp_model.INFEASIBLE else "none found in the time limit"
-            raise ShardoptError(f"{verdict} (CP-SAT: {solver.status_name(status)})", kind=ErrorKind.INFEASIBLE)
-        # CP-SAT sees summed shard costs; the whole model may rate one of its starts better.
-        best = min(found, key=lambda tables: Breakdown.of(cost_model.breakdown(workload, tables)).score(self.objective))
-        status_name = solver.status_name(status) + ("" if solved and best is solved[0] else " (a start kept)")
         # CP-SAT's bound holds for summed shard costs over the cuts offered, within the budget.
         solver_bound = proved / model.step_weight / model.scale if solved else None
-        return SearchResult(best, bound, "replan", status_name, solver_bound_ms=solver_bound)
+        return self._best(workload, cost_model, solved, starts, bound, size, solver, status, solver_bound)
+
+    def _best(self, workload: Workload, cost_model: CostModel, solved, starts, bound: float, size: int,
+              solver=None, status=None, solver_bound=None) -> SearchResult:
+        """The best of CP-SAT's plan and the starts under the whole cost model (CP-SAT sees summed
+        shard costs); without a solver (over MAX_PLACEMENTS), the best start."""
+        # Starts are built from the old plan, which may break a rule the new workload adds.
+        found = solved + [s for s in starts if not placement_violations(workload, s)]
+        said = f"SKIPPED (over {MAX_PLACEMENTS} placements)" if solver is None else solver.status_name(status)
+        if not found:
+            verdict = "no plan moves so little" if status == cp_model.INFEASIBLE else \
+                "no start keeps within the budget" if solver is None else "none found in the time limit"
+            raise ShardoptError(f"{verdict} (CP-SAT: {said})", kind=ErrorKind.INFEASIBLE)
+        best = min(found, key=lambda tables: Breakdown.of(cost_model.breakdown(workload, tables)).score(self.objective))
+        said += "" if solved and best is solved[0] else " (a start kept)"
+        return SearchResult(best, bound, "replan", said, solver_bound_ms=solver_bound, variables=size)
 
     def _moved(self, workload: Workload, tables: Sequence[TablePlan]) -> int:
         return moved_bytes(workload, self.old, tables, self.old_of)

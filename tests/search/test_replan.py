@@ -123,6 +123,22 @@ def test_a_budget_is_honoured_and_more_bytes_never_buy_a_longer_step(old_world, 
     assert all(b <= a + 1e-9 for a, b in zip(steps, steps[1:])), steps
 
 
+def test_a_replan_too_large_for_cp_sat_keeps_its_best_start_within_the_budget(monkeypatch):
+    """Past MAX_PLACEMENTS the budgeted search builds no CP-SAT model (5000 tables over 4088 ranks
+    grew one to 24 GB and was killed): its starts, each spent down to the budget, are the plans."""
+    import shardopt.search.replan as search_replan
+
+    old = sampled(workload(4), 5)
+    solved = replan_with(old, workload(6), QUICK, max_move=200_000)
+    monkeypatch.setattr(search_replan, "MAX_PLACEMENTS", 10)
+    monkeypatch.setattr(search_replan, "IlpModel", lambda *a, **k: pytest.fail("a CP-SAT model was built"))
+    started = replan_with(old, workload(6), QUICK, max_move=200_000)
+    assert started.plan.predicted.search.status == "SKIPPED (over 10 placements) (a start kept)"
+    assert started.plan.predicted.search.variables > 10
+    assert started.moved_bytes <= 200_000 and check_plan(workload(6), started.plan).valid
+    assert started.step_ms() >= solved.step_ms() - 1e-9  # CP-SAT only ever adds to the starts
+
+
 def test_the_same_input_gives_the_same_replan():
     old = sampled(workload(4), 5)
     a = replan_with(old, workload(6), QUICK, max_move=200_000)
