@@ -30,7 +30,6 @@ from shardopt.search.ilp_placement import add_group, holding
 # the wall clock only guards. The explanation makes a few solves per member.
 SOLVE_WORK = 5.0
 WALL_GUARD_S = 60.0
-MAX_LITERALS = MAX_PLACEMENTS  # placements beyond this: no explanation, the search's own words
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class _Feasibility:
         types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
         for table in workload.tables:
             self._add_table(table, _cuts(workload, table, which, types), cost_model)
-            if self.size > MAX_LITERALS:
+            if self.size > MAX_PLACEMENTS:  # no explanation: the search's own words
                 raise OverflowError
         self._add_caps()
         self._add_rules()
