@@ -21,7 +21,7 @@ class Side:
     plan: Optional[Plan]
     plan_s: float
     predicted: Optional[Breakdown] = None
-    measured: Optional[tuple[float, float]] = None  # (step ms, bottleneck ms) of per-rank medians
+    measured: Optional[tuple[float, float]] = None  # (step ms, bottleneck ms) of per-rank centres
     note: str = ""
 
 
@@ -119,6 +119,6 @@ def comparison_text(c: Comparison) -> str:
     if replayed:
         ratio += (f", replayed {ours.measured[0] / theirs.measured[0]:.3f} per step"
                   f" ({ours.measured[1] / theirs.measured[1]:.3f} by bottleneck;"
-                  f" per-rank medians of {c.rounds} rounds side by side; comm: {c.comm_name})")
+                  f" per-rank centres of {c.rounds} rounds side by side; comm: {c.comm_name})")
     lines.append(ratio)
     return "\n".join(lines)

@@ -229,10 +229,13 @@ def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str
               show_default=True)
 @click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True)
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
+@click.option("--builds", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Build and time each rank's kernels this often (a kernel's speed varies with where its"
+                   " buffers land): the mean of the middle ones counts.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: str, iters: int,
-           warmup: int, seed: int, as_json: bool) -> None:
+           warmup: int, builds: int, seed: int, as_json: bool) -> None:
     """Measure PLAN's per-rank cost on this machine's kernels, beside its prediction."""
     import warnings
 
@@ -258,7 +261,7 @@ def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: 
     started = time.perf_counter()
     try:
         result = replay_plan(
-            wl, plan_obj, backend=backend, warmup=warmup, iters=iters, seed=seed, comm=comm,
+            wl, plan_obj, backend=backend, warmup=warmup, iters=iters, seed=seed, comm=comm, builds=builds,
             progress=None if as_json else lambda r: click.echo(f"  rank {r} measured", err=True),
         )
     except RuntimeError as exc:

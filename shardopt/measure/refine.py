@@ -175,7 +175,7 @@ def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> 
     ranks = model.breakdown(workload, plan.tables)
     lookups_s = sum(r.fwd_compute_ms + r.bwd_compute_ms for r in ranks) / 1e3
     built_s = sum(r.hbm_bytes for r in ranks) / BUILD_BYTES_PER_S
-    return MARGIN * (ROUNDS * TIMED_ITERS * lookups_s + built_s)
+    return MARGIN * ROUNDS * (TIMED_ITERS * lookups_s + built_s)  # kernels built afresh each round
 
 
 def _final(rounds: list[_Round], last: Optional[_Round], measure) -> tuple[tuple[TableFactor, ...], dict]:

@@ -37,11 +37,19 @@ from shardopt.core.workload import Workload
 # A 2-core VM's timings wander by several percent; ten iterations keep two replays within a few.
 REPLAY_WARMUP = 3
 REPLAY_ITERS = 10
+REPLAY_BUILDS = 3  # each rank built and timed this often (SIDE_BY_SIDE_ROUNDS_PER_BUILD says why)
 # Side by side each rank is timed once per round, so a round's timing can be shorter.
 SIDE_BY_SIDE_WARMUP = 2
 SIDE_BY_SIDE_ITERS = 5
 # Kernels (weights and optimizer state of every plan's shards) a side-by-side window may hold at once.
 SIDE_BY_SIDE_MEMORY_BYTES = 6 * 2**30
+# Rounds timed on one build of a window's kernels before they are built afresh. A kernel's forward
+# depends on where its buffers land: one rank of a 4-rank plan took 4.4 or 6.3 ms by the build, the
+# same within a build (``benchmarks/results/replay_builds.md``), so a plan replayed on one build came
+# out up to 12% faster or slower against TorchRec's from run to run. Built afresh each round (0.15 s
+# a rank there) and centred by :func:`rank_centre`, a rank's time is over builds.
+SIDE_BY_SIDE_ROUNDS_PER_BUILD = 1
+TRIM = 0.2  # share of a rank's rounds dropped at each end (:func:`rank_centre`)
 
 
 @dataclass(frozen=True)
@@ -247,8 +255,10 @@ def replay_plan(
     seed: int = 0,
     comm: Optional[CommSource] = None,
     progress=None,
+    builds: int = REPLAY_BUILDS,
 ) -> ReplayResult:
-    """Measure every rank's fused kernels; ``progress`` is called with each finished rank."""
+    """Measure every rank's fused kernels, built ``builds`` times (the rank's time is their
+    :func:`rank_centre`); ``progress`` is called with each finished rank."""
     import torch
 
     if device == "cpu":
@@ -256,7 +266,11 @@ def replay_plan(
     replay = PlanReplay(workload, plan, backend=backend, device=device, seed=seed, comm=comm)
     ranks = []
     for rank in range(replay.world):
-        ranks.append(replay.time_rank(rank, replay.build_rank(rank), warmup, iters))
+        timed = [replay.time_rank(rank, replay.build_rank(rank), warmup, iters) for _ in range(max(1, builds))]
+        ranks.append(replay.rank_replay(
+            rank, rank_centre([t.measured.fwd_compute_ms for t in timed]),
+            rank_centre([t.measured.bwd_compute_ms for t in timed]), statistics.fmean(t.fwd_spread_ms for t in timed),
+            statistics.fmean(t.bwd_spread_ms for t in timed), timed[0].kernels))
         if progress:
             progress(rank)
     return replay.result(ranks)
@@ -264,18 +278,19 @@ def replay_plan(
 
 @dataclass(frozen=True)
 class SideBySide:
-    """Plans replayed in turns: per plan, each rank's median and each round's bottleneck."""
+    """Plans replayed in turns: per plan, each rank's centre (:func:`rank_centre`) and each round's
+    bottleneck."""
 
     per_rank: dict[str, tuple[RankBreakdown, ...]]
     runs: dict[str, list[float]]
 
     def bottleneck_ms(self, name: str) -> float:
-        """The max over ranks of each rank's median: medians first, so timing noise on several
+        """The max over ranks of each rank's centre: centres first, so timing noise on several
         near-equal ranks does not inflate the max (which would penalise the best-balanced plans)."""
         return Breakdown.of(self.per_rank[name]).bottleneck_ms
 
     def step_ms(self, name: str) -> float:
-        """The critical path of per-rank medians: each phase's slowest rank, summed."""
+        """The critical path of per-rank centres: each phase's slowest rank, summed."""
         return Breakdown.of(self.per_rank[name]).step_ms
 
 
@@ -291,6 +306,7 @@ def replay_side_by_side(
     seed: int = 0,
     device: str = "cpu",
     backend: str = "auto",
+    rounds_per_build: int = SIDE_BY_SIDE_ROUNDS_PER_BUILD,
 ) -> SideBySide:
     """Several plans of one workload measured in turns on this machine's CPU kernels.
 
@@ -298,8 +314,9 @@ def replay_side_by_side(
     shuffled order each round; a window holds as many ranks as fit ``memory_bytes``. Timing one
     rank at a time instead gave each rank its own stretch of the machine's drift: on the 2-core
     VMs a rank's compute moved ~20% between such stretches, alike for every plan (correlation
-    0.91), so which rank came out the bottleneck was chance. ``seed`` draws the batches (another
-    seed: other batches of the same distributions).
+    0.91), so which rank came out the bottleneck was chance. The kernels are built afresh every
+    ``rounds_per_build`` rounds (SIDE_BY_SIDE_ROUNDS_PER_BUILD says why). ``seed`` draws the
+    batches (another seed: other batches of the same distributions).
     """
     import torch
 
@@ -312,19 +329,22 @@ def replay_side_by_side(
     rng = np.random.default_rng(0)
     for ranks in rank_windows([sum(r.hbm[rank] for r in replays.values()) for rank in range(world)],
                               memory_bytes):
-        kernels = {(name, rank): replays[name].build_rank(rank) for rank in ranks for name in plans}
-        turns = list(kernels)
-        for _ in range(rounds):
+        turns = [(name, rank) for rank in ranks for name in plans]
+        kernels: dict = {}
+        for done in range(rounds):
+            if done % max(1, rounds_per_build) == 0:
+                kernels.clear()  # the last build's memory goes back before the next is made
+                kernels.update({turn: replays[turn[0]].build_rank(turn[1]) for turn in turns})
             for i in rng.permutation(len(turns)):
                 name, rank = turns[i]
                 timed[name][rank].append(replays[name].time_rank(rank, kernels[name, rank], warmup, iters))
-        del kernels
+        kernels.clear()
     per_rank = {
         name: tuple(
             replay.rank_replay(
                 rank,
-                statistics.median(r.measured.fwd_compute_ms for r in timed[name][rank]),
-                statistics.median(r.measured.bwd_compute_ms for r in timed[name][rank]),
+                rank_centre([r.measured.fwd_compute_ms for r in timed[name][rank]]),
+                rank_centre([r.measured.bwd_compute_ms for r in timed[name][rank]]),
             ).measured
             for rank in range(world)
         )
@@ -333,6 +353,15 @@ def replay_side_by_side(
     runs = {name: [max(timed[name][rank][i].measured.total_ms for rank in range(world)) for i in range(rounds)]
             for name in plans}
     return SideBySide(per_rank, runs)
+
+
+def rank_centre(values: Sequence[float]) -> float:
+    """A rank's time over its rounds: the mean of the middle ones (TRIM of them dropped at each
+    end). Over builds a rank's time is bimodal, so a median jumps between the modes with the draw;
+    a mean of the middle follows how often each comes, and drops a round the VM stalled."""
+    ordered = sorted(values)
+    cut = int(len(ordered) * TRIM)
+    return statistics.fmean(ordered[cut:len(ordered) - cut])
 
 
 def rank_windows(rank_bytes: Sequence[int], budget: int) -> list[list[int]]:

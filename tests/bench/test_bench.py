@@ -132,7 +132,7 @@ def test_replayed_rounds_keep_every_round_and_take_per_rank_medians_first():
         assert len(e.replayed_runs) == 2
         per_rank = plans[task.name, e.planner, "replayed"]
         assert e.replayed_ms == Breakdown.of(per_rank).bottleneck_ms
-        # The max of per-rank medians (means, with two rounds) is never above the mean of the
+        # The max of per-rank centres (means, with two rounds) is never above the mean of the
         # per-round maxima: noise on several ranks does not inflate it.
         assert e.replayed_ms <= sum(e.replayed_runs) / 2 + 1e-9
 

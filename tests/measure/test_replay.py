@@ -167,3 +167,48 @@ def test_data_parallel_replicas_replay_torchrecs_dense_kernel_apart_from_the_fus
     dense = [k for k in kernels if isinstance(k.kernel, (FbgemmDenseKernel, TorchDenseKernel))]
     assert len(dense) == 1 and len(kernels) >= 2  # the replica alone in its kernel, the shards fused
     assert dense[0].lookups > 0
+
+
+@pytest.mark.parametrize("rounds_per_build, builds_per_rank", [(1, 3), (2, 2), (3, 1)])
+def test_side_by_side_builds_each_ranks_kernels_afresh_every_rounds_per_build(good, monkeypatch,
+                                                                             rounds_per_build, builds_per_rank):
+    from shardopt.measure.replay import PlanReplay, replay_side_by_side
+
+    workload, plan = good
+    built = []
+    real = PlanReplay.build_rank
+    monkeypatch.setattr(PlanReplay, "build_rank", lambda self, rank: built.append(rank) or real(self, rank))
+    result = replay_side_by_side(workload, {"a": plan, "b": plan}, 3, warmup=0, iters=1,
+                                 rounds_per_build=rounds_per_build)
+    world = workload.topology.world_size
+    assert sorted(built) == sorted(list(range(world)) * 2 * builds_per_rank)  # both plans, each rank
+    assert len(result.per_rank["a"]) == world and len(result.runs["b"]) == 3
+
+
+def test_a_ranks_centre_follows_how_often_each_mode_comes_and_drops_a_stall():
+    from shardopt.measure.replay import rank_centre
+
+    # A two-mode time (the build decides): the median jumps to whichever mode has the majority,
+    # the centre moves with the share of each.
+    assert rank_centre([4.0] * 4 + [6.0] * 3) == pytest.approx(4.0 + 2.0 * 2 / 5)
+    assert rank_centre([4.0] * 3 + [6.0] * 4) == pytest.approx(4.0 + 2.0 * 3 / 5)
+    assert rank_centre([5.0, 5.1, 4.9, 5.0, 50.0]) == pytest.approx(5.0, rel=0.01)  # a stalled round is dropped
+    assert rank_centre([3.0]) == 3.0 and rank_centre([2.0, 4.0]) == 3.0
+
+
+def test_replay_builds_each_rank_as_often_as_asked_and_centres_the_builds(good, monkeypatch):
+    from shardopt.measure.replay import PlanReplay, replay_plan
+
+    workload, plan = good
+    built, times = [], iter([4.0, 6.0, 4.0] * workload.topology.world_size)
+    real_build, real_time = PlanReplay.build_rank, PlanReplay.time_rank
+    monkeypatch.setattr(PlanReplay, "build_rank", lambda self, rank: built.append(rank) or real_build(self, rank))
+
+    def timed(self, rank, kernels, warmup, iters):  # each build's forward: 4, 6 or 4 ms
+        r = real_time(self, rank, kernels, warmup, iters)
+        return self.rank_replay(rank, next(times), r.measured.bwd_compute_ms)
+
+    monkeypatch.setattr(PlanReplay, "time_rank", timed)
+    result = replay_plan(workload, plan, warmup=0, iters=1, builds=3)
+    assert sorted(built) == sorted(list(range(workload.topology.world_size)) * 3)
+    assert all(r.fwd_compute_ms == pytest.approx(14.0 / 3) for r in result.per_rank)

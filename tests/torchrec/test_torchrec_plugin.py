@@ -210,7 +210,7 @@ def test_cli_from_torchrec_and_compare(runner, tmp_path):
     replayed = [row[4:] for row in rows if len(row) == 6 and row[0] in ("shardopt", "torchrec")]
     assert len(replayed) == 2 and all(float(ms) > 0 for pair in replayed for ms in pair)
     assert all(float(step) >= float(bottleneck) - 1e-3 for step, bottleneck in replayed)
-    assert "per-rank medians of 2 rounds side by side" in result.stdout
+    assert "per-rank centres of 2 rounds side by side" in result.stdout
 
 
 def test_the_planner_plans_for_the_gpus_named_or_the_local_one(monkeypatch):
