@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from on_top import put_on_top  # noqa: E402
+from on_top import machine, put_on_top  # noqa: E402
 
 TASKS = "hot-1014,hot-1010,hot-1005,compute-1015,compute-1000,comm-1010"
 
@@ -64,7 +64,6 @@ def main() -> None:
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
     from shardopt.planner.factory import plan_with
-    from shardopt.profile.dataset import cpu_fingerprint
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
@@ -77,7 +76,7 @@ def main() -> None:
     tasks = args.tasks.split(",")
     lines = ["# A replay's verdict against where its kernels' buffers landed", "",
              f"Command: `python benchmarks/replay_builds.py --tasks {args.tasks} --rounds {args.rounds}"
-             f" --replays {args.replays}`, {time.strftime('%Y-%m-%d')} on `{cpu_fingerprint()}`.", "",
+             f" --replays {args.replays}`, {time.strftime('%Y-%m-%d')} on {machine()}.", "",
              *_builds(tasks[0]), "",
              f"Per task, shardopt's default plan over TorchRec's replayed step, in each of {args.replays} side-by-side"
              f" replays of {args.rounds} rounds; kernels built once per replay, or afresh each round.", "",

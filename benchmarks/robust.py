@@ -46,7 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from on_top import put_on_top  # noqa: E402
+from on_top import machine, put_on_top  # noqa: E402
 from planner_ab import ScaledCompute  # noqa: E402
 
 from shardopt.costmodel.analytic import AnalyticCostModel  # noqa: E402
@@ -84,7 +84,6 @@ def main() -> None:
     from shardopt.contracts import Breakdown, rank_phases
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
-    from shardopt.profile.dataset import cpu_fingerprint
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
@@ -143,7 +142,7 @@ def main() -> None:
         + (f" --only {args.only}" if args.only else "")
         + (f" --regimes {args.regimes}" if args.regimes else "")
         + f" --noise {args.noise:g}`, one run, {time.perf_counter() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
-        f" on `{cpu_fingerprint()}`. Held-out tasks"
+        f" on {machine()}. Held-out tasks"
         f" (seeds {args.first_seed}..) of every regime; each cell is the plan's replayed step over TorchRec's in the same"
         " side-by-side replay (lower is better). Variants: see the script's docstring.",
         "",
