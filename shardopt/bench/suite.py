@@ -3,8 +3,8 @@
 Per task every planner plans the same workload; each plan is scored by the pinned default model
 (predicted bottleneck), checked (validity), sized (memory headroom) and, with ``rounds``, replayed in
 interleaved rounds (every planner's every rank built afresh and timed in a shuffled order each
-round, per-rank centres kept: :func:`shardopt.measure.replay.rank_centre`), so a drift of the machine hits every planner and rank alike. The lower bound is
-shardopt's for the task.
+round, per-rank centres kept: :func:`shardopt.measure.replay.rank_centre`), so a drift of the
+machine hits every planner and rank alike. The lower bound is shardopt's for the task.
 """
 
 from __future__ import annotations

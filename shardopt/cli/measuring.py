@@ -231,7 +231,7 @@ def train(profile_dir: Path, output: Path, seed: int, epochs: int, hardware: str
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
 @click.option("--builds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Build and time each rank's kernels this often (a kernel's speed varies with where its"
-                   " buffers land): the mean of the middle ones counts.")
+                   " buffers land); the rank's time is their mean, a fifth dropped at each end.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def replay(workload: Path, plan_file: Path, comm_profile: Path | None, backend: str, iters: int,
