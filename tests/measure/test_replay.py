@@ -212,3 +212,20 @@ def test_replay_builds_each_rank_as_often_as_asked_and_centres_the_builds(good, 
     result = replay_plan(workload, plan, warmup=0, iters=1, builds=3)
     assert sorted(built) == sorted(list(range(workload.topology.world_size)) * 3)
     assert all(r.fwd_compute_ms == pytest.approx(14.0 / 3) for r in result.per_rank)
+
+
+def test_replay_cli_builds_each_rank_as_often_as_builds_says(runner, monkeypatch):
+    from shardopt.measure.replay import PlanReplay
+
+    built = []
+    real = PlanReplay.build_rank
+    monkeypatch.setattr(PlanReplay, "build_rank", lambda self, rank: built.append(rank) or real(self, rank))
+    result = run_cli(runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--iters", "1",
+                     "--warmup", "0", "--builds", "2", "--json")
+    assert result.exit_code == 0 and sorted(built) == [0, 0, 1, 1]
+    built.clear()
+    assert run_cli(runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--iters", "1",
+                   "--warmup", "0", "--json").exit_code == 0
+    assert sorted(built) == [0, 0, 0, 1, 1, 1]  # three builds by default
+    bad = run_cli(runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--builds", "0")
+    assert bad.exit_code == 2 and "--builds" in bad.stderr and "Traceback" not in bad.stderr
