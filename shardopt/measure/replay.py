@@ -240,6 +240,13 @@ class PlanReplay:
         )
         return RankReplay(measured, fwd_spread, bwd_spread, kernels)
 
+    def centred(self, rank: int, timed: Sequence[RankReplay]) -> RankReplay:
+        """The rank's timings (builds or rounds) as one: each part's :func:`rank_centre`."""
+        return self.rank_replay(
+            rank, rank_centre([t.measured.fwd_compute_ms for t in timed]),
+            rank_centre([t.measured.bwd_compute_ms for t in timed]), statistics.fmean(t.fwd_spread_ms for t in timed),
+            statistics.fmean(t.bwd_spread_ms for t in timed), timed[0].kernels)
+
     def result(self, ranks: Sequence[RankReplay]) -> ReplayResult:
         return ReplayResult(tuple(ranks), self.backend, self.device, self.comm.name, self.notes)
 
@@ -266,11 +273,8 @@ def replay_plan(
     replay = PlanReplay(workload, plan, backend=backend, device=device, seed=seed, comm=comm)
     ranks = []
     for rank in range(replay.world):
-        timed = [replay.time_rank(rank, replay.build_rank(rank), warmup, iters) for _ in range(max(1, builds))]
-        ranks.append(replay.rank_replay(
-            rank, rank_centre([t.measured.fwd_compute_ms for t in timed]),
-            rank_centre([t.measured.bwd_compute_ms for t in timed]), statistics.fmean(t.fwd_spread_ms for t in timed),
-            statistics.fmean(t.bwd_spread_ms for t in timed), timed[0].kernels))
+        ranks.append(replay.centred(rank, [replay.time_rank(rank, replay.build_rank(rank), warmup, iters)
+                                           for _ in range(max(1, builds))]))
         if progress:
             progress(rank)
     return replay.result(ranks)
@@ -339,17 +343,8 @@ def replay_side_by_side(
                 name, rank = turns[i]
                 timed[name][rank].append(replays[name].time_rank(rank, kernels[name, rank], warmup, iters))
         kernels.clear()
-    per_rank = {
-        name: tuple(
-            replay.rank_replay(
-                rank,
-                rank_centre([r.measured.fwd_compute_ms for r in timed[name][rank]]),
-                rank_centre([r.measured.bwd_compute_ms for r in timed[name][rank]]),
-            ).measured
-            for rank in range(world)
-        )
-        for name, replay in replays.items()
-    }
+    per_rank = {name: tuple(replay.centred(rank, timed[name][rank]).measured for rank in range(world))
+                for name, replay in replays.items()}
     runs = {name: [max(timed[name][rank][i].measured.total_ms for rank in range(world)) for i in range(rounds)]
             for name in plans}
     return SideBySide(per_rank, runs)
