@@ -80,7 +80,10 @@ class Explained:
 
 def explain_infeasible(workload: Workload, cost_model: CostModel, search) -> Optional[Explained]:
     """The smallest conflicting set of requirements, where a placement rule or an allow-list is
-    among them (memory alone: the search's own words name the table and the fixes)."""
+    among them (memory alone: the search's own words name the table and the fixes). A workload
+    without allow-lists or placement rules has nothing else to blame: no solve is made."""
+    if not workload.placement and not any(t.sharding_types or t.compute_kernels for t in workload.tables):
+        return None
     which = getattr(search, "candidate_set", getattr(search, "candidates", "all"))
     conflict = find_conflict(workload, cost_model, which if which in ("all", "torchrec") else "all")
     if conflict is None or all(m.key[0] in ("hbm", "ddr") for m in conflict.members):

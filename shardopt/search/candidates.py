@@ -209,6 +209,10 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
     out += _uvm_tiers(workload, table, size, out)
     if table.compute_kernels is not None:
         kept = [c for c in out if c.compute_kernel in table.compute_kernels]
+        if not kept and "data_parallel" in allowed and "dense" in table.compute_kernels:
+            # Replicas are pruned above to tables small enough to gain by one; a table whose kernels
+            # leave only the dense one asks for a replica, as TorchRec's constraint does.
+            kept = [Candidate(table.name, "data_parallel", whole * world, "fixed", "dense")]
         if not kept:
             raise ShardoptError(
                 f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
@@ -355,6 +359,8 @@ def _uvm_tiers(workload: Workload, table: Table, size: int, cuts: list[Candidate
         factors, plain = [UVM_CACHE_LOAD_FACTOR], True
     if table.cache_load_factor is not None:
         factors = [table.cache_load_factor]
+    # Kernels that name plain UVM get it, whatever the tiers read off the access statistics.
+    plain = plain or (table.compute_kernels is not None and "fused_uvm" in table.compute_kernels)
     out = [
         Candidate(table.name, base.sharding_type, base.pieces, base.placement,
                   compute_kernel="fused_uvm_caching", cache_load_factor=factor)

@@ -11,6 +11,7 @@ need with everything else kept, and a cut that a conflicting allow-list forbids.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,8 +28,11 @@ from shardopt.search.ilp import MAX_PLACEMENTS
 from shardopt.search.ilp_placement import add_group, holding
 
 # Per feasibility solve, in CP-SAT's deterministic seconds (the same answer on a busy machine);
-# the wall clock only guards. The explanation makes a few solves per member.
+# the wall clock only guards. The explanation makes a few solves per member, so the whole of it
+# has a budget too: at 128 ranks a core held a cap per rank, and one solve per member took 220 s
+# to say what the search had said at once. Past the budget the set is reported as found so far.
 SOLVE_WORK = 5.0
+EXPLAIN_WORK = 20.0
 WALL_GUARD_S = 60.0
 
 
@@ -61,7 +65,8 @@ class _Feasibility:
         self.choose: dict[str, list[tuple]] = {}
         self.least: dict[str, int] = {}  # per table, the fewest HBM bytes a cut it allows holds
         self.size = 0
-        types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
+        self.work_left, self.wall_end = EXPLAIN_WORK, time.perf_counter() + WALL_GUARD_S
+        types = self.types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
         for table in workload.tables:
             self._add_table(table, _cuts(workload, table, which, types), cost_model)
             if self.size > MAX_PLACEMENTS:  # no explanation: the search's own words
@@ -152,7 +157,12 @@ class _Feasibility:
 
     def solve(self, keys, minimise_hbm: Optional[list[int]] = None):
         """(status, solver) with the requirements ``keys`` assumed; with ``minimise_hbm``, those
-        ranks' caps are replaced by one cap that is minimised."""
+        ranks' caps are replaced by one cap that is minimised. UNKNOWN without a solve once the
+        explanation's budget is spent."""
+        solver = cp_model.CpSolver()
+        wall_left = self.wall_end - time.perf_counter()
+        if self.work_left <= 0 or wall_left <= 0:
+            return cp_model.UNKNOWN, solver
         model = self.cp.clone()
         model.clear_assumptions()
         model.add_assumptions([self.guards[k] for k in keys])
@@ -162,12 +172,13 @@ class _Feasibility:
                 model.add(sum(b * model.get_bool_var_from_proto_index(lit.index) for b, lit in self.memory[r])
                           <= cap)
             model.minimize(cap)
-        solver = cp_model.CpSolver()
         solver.parameters.catch_sigint_signal = False  # an interrupt is the command's, not an early stop
-        solver.parameters.max_deterministic_time = SOLVE_WORK
-        solver.parameters.max_time_in_seconds = WALL_GUARD_S
+        solver.parameters.max_deterministic_time = min(SOLVE_WORK, self.work_left)
+        solver.parameters.max_time_in_seconds = wall_left
         solver.parameters.num_workers = 1  # assumptions need a single worker for the core
-        return solver.solve(model), solver
+        status = solver.solve(model)
+        self.work_left -= solver.response_proto.deterministic_time
+        return status, solver
 
 
 def _cuts(workload: Workload, table, which: str, types) -> list:
@@ -230,13 +241,36 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
         used = [cand for x, cand in model.choose[what] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                 and solver.boolean_value(x)]
         extra = used[0].sharding_type if used and used[0].sharding_type not in table.allowed_sharding_types \
-            else (used[0].compute_kernel if used else "another cut")
-        return Requirement(key, f"sharding_types {list(table.allowed_sharding_types)} of {what}"
-                           + (f" (compute_kernels {list(table.compute_kernels)})" if table.compute_kernels else ""),
-                           f"allow {extra} for {what}")
+            else (used[0].compute_kernel if used else _unlisted(table, model.types))
+        uvm = set(table.compute_kernels or ()) & {"fused_uvm", "fused_uvm_caching"}
+        host = (", or declare topology.ddr_cap (UVM keeps rows in host memory)"
+                if uvm and not topo.ddr_cap and topo.compute_device == "cuda" else "")
+        return Requirement(key, f"{_lists_text(table)} of {what}", f"allow {extra} for {what}{host}")
     rule = workload.placement[what]
     fix = f"unpin {listed(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]"
     return Requirement(key, rule.describe(), fix)
+
+
+# What to suggest allowing when no solve says which cut would fit: the plainest cut first.
+PLAINEST = ("table_wise", "column_wise", "row_wise", "table_column_wise", "table_row_wise", "data_parallel")
+
+
+def _unlisted(table, types) -> str:
+    """A cut its lists leave out (the plainest that runs in this candidate set), else the fused kernel."""
+    if table.sharding_types:
+        for kind in PLAINEST:
+            if kind in types and kind not in table.sharding_types:
+                return kind
+    if table.compute_kernels and "fused" not in table.compute_kernels:
+        return "fused"
+    return "another cut"
+
+
+def _lists_text(table) -> str:
+    """The allow-lists the user gave the table (a list left out allows everything: not named)."""
+    lists = [f"{field} {list(given)}" for field, given in (("sharding_types", table.sharding_types),
+                                                           ("compute_kernels", table.compute_kernels)) if given]
+    return " and ".join(lists)
 
 
 def _pinned_overflow(workload: Workload, model: _Feasibility) -> Optional[tuple[list, list[int], int]]:

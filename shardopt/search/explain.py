@@ -33,7 +33,11 @@ def greedy_failure(workload, costs, failure: Unplaceable) -> ShardoptError:
     fixes = [f"raise topology.hbm_cap to at least {format_bytes(max(biggest[0], -(-need // topo.world_size)))}"]
     if ranks_needed > topo.world_size:
         fixes.append(f"use at least {ranks_needed} ranks")
-    fixes.append("allow row_wise for the largest tables or use a smaller data_type")
+    # Row-wise cuts shrink a table's pieces most; where it is allowed and still does not fit (or
+    # the device's TorchRec runs no row-wise: a CPU), naming it would send the user nowhere.
+    if "row_wise" not in workload.table(biggest[1]).allowed_sharding_types:
+        fixes.append(f"allow row_wise for table {biggest[1]!r}")
+    fixes.append("use a smaller data_type for the largest tables")
     # Only a cluster too small in total proves that no plan exists; otherwise say what was searched.
     cluster = sum(topo.rank_caps)
     verdict = "no plan fits in memory" if need > cluster else (

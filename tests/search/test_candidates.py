@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from shardopt.arithmetic.access import row_buckets
 from shardopt.core.layout import shard_bytes
+from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_candidates
 from shardopt.search.ilp import IlpSearch
 from shardopt.core.workload import workload_from_dict
@@ -163,3 +164,19 @@ def test_the_bound_knows_the_cuts_a_table_allows_not_only_those_offered():
     costs = {n: [piece_costs(wl, model, c) for c in cs] for n, cs in offered.items()}
     assert balance_lower_bound(wl, model, offered, costs, possible=True) == \
         balance_lower_bound(wl, model, offered, costs)
+
+
+def test_kernels_that_ask_for_a_replica_or_plain_uvm_get_one_whatever_the_pruning():
+    """TorchRec's compute_kernels=["dense"] means a replica, ["fused_uvm"] plain UVM: both are
+    planned as asked even where shardopt would not offer them on its own (a table too big to
+    gain by a replica, a skewed table whose hot rows would earn a cached tier instead)."""
+    wl = _workload([
+        {"name": "replica", "num_embeddings": 500_000, "embedding_dim": 64, "compute_kernels": ["dense"]},
+        {"name": "uvm", "num_embeddings": 4_000_000, "embedding_dim": 64, "compute_kernels": ["fused_uvm"],
+         "access": {"distribution": "zipf", "alpha": 1.1}},
+    ], cap="8GB", ddr="64GB")
+    replica, uvm = (table_candidates(wl, t) for t in wl.tables)
+    assert {(c.sharding_type, c.compute_kernel) for c in replica} == {("data_parallel", "dense")}
+    assert {c.compute_kernel for c in uvm} == {"fused_uvm"}
+    plan = IlpSearch(time_limit_s=0.5).search(wl, AnalyticCostModel())
+    assert {tp.name: tp.sharding_type for tp in plan.tables}["replica"] == "data_parallel"

@@ -204,3 +204,48 @@ def test_a_conflict_too_big_to_decide_in_time_is_still_named_by_its_bytes(monkey
     assert found is not None and not found.minimal
     assert [m.key for m in found.members] == [("rule", 0), ("hbm", 3)]
     assert "rank 3 needs at least" in found.line and "raise hbm_cap of rank 3 to at least" in found.line
+
+
+def test_the_explanation_stops_at_its_budget_and_says_so(monkeypatch):
+    """The whole explanation has one budget of solver work: spent, no further solve runs and the
+    set found so far is reported as perhaps not minimal (one solve per member took minutes at
+    128 ranks)."""
+    import shardopt.search.conflict as conflict
+
+    workload = _workload([{"kind": "pin", "tables": [f"t{i}" for i in range(6)], "ranks": [3]}], cap="16MB")
+    monkeypatch.setattr(conflict, "EXPLAIN_WORK", 0.0)
+    monkeypatch.setattr(conflict.cp_model.CpSolver, "solve", lambda *a, **k: pytest.fail("a solve ran past the budget"))
+    found = conflict.find_conflict(workload, MODEL, DEFAULT_CANDIDATES)
+    assert found is not None and not found.minimal
+    assert "rank 3 needs at least" in found.line
+
+
+def test_memory_alone_is_explained_by_the_search_without_a_solve(monkeypatch):
+    """Without allow-lists or rules the only culprit is memory, which the search's own line names
+    with its fix: no conflict search runs (it could only blame the caps)."""
+    import shardopt.planner.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "find_conflict", lambda *a, **k: pytest.fail("a conflict search ran"))
+    with pytest.raises(ShardoptError) as err:
+        # 11 MiB in all against 15 MiB of caps, but four columns cannot be cut and no rank holds them
+        _plan(_workload(cap="4MB", tables=[(600_000, 4, 1.0)]), GreedySearch())
+    assert err.value.kind == ErrorKind.INFEASIBLE and "fits on no rank" in str(err.value)
+    assert "row_wise" not in str(err.value)  # TorchRec cuts no rows on a CPU: not a fix to offer there
+    data = workload_to_dict(_workload(cap="4MB", tables=[(600_000, 4, 1.0)], types=["table_wise"]))
+    data["topology"]["compute_device"] = "cuda"
+    with pytest.raises(ShardoptError) as err:  # the search's own words, before any explanation
+        GreedySearch().search(workload_from_dict(data), MODEL)
+    assert "allow row_wise for table 't0'" in str(err.value)
+
+
+def test_an_allow_list_conflict_names_only_the_lists_the_user_gave():
+    """A table that names only kernels is not said to list every sharding type; UVM kernels on a
+    GPU without host memory declared are told where the rows would have gone."""
+    data = workload_to_dict(_workload(tables=SIZES[:3]))
+    data["topology"]["compute_device"] = "cuda"
+    data["tables"][0]["compute_kernels"] = ["fused_uvm", "fused_uvm_caching"]
+    with pytest.raises(ShardoptError) as err:
+        _plan(workload_from_dict(data))
+    line = str(err.value)
+    assert "compute_kernels ['fused_uvm', 'fused_uvm_caching'] of t0" in line and "sharding_types" not in line
+    assert "allow fused for t0" in line and "declare topology.ddr_cap" in line
