@@ -156,6 +156,16 @@ def test_uvm_tiers_without_statistics_when_hbm_is_short():
     assert plan["table_0"].cache_params.load_factor == 0.3
 
 
+def test_a_table_held_to_the_dense_kernel_is_replicated_as_torchrec_does():
+    """EmbeddingShardingPlanner replicates a 500k-row table constrained to the dense kernel;
+    shardopt offers replicas only to small tables of its own accord, but plans this one too."""
+    constraints = {"table_0": ParameterConstraints(compute_kernels=["dense"])}
+    planner = ShardoptPlanner(topology=Topology(world_size=2, compute_device="cuda"), constraints=constraints,
+                              time_limit_s=1)
+    plan = _shardings(planner.plan(SparseNN(_tables(2, rows=500_000, dim=64)), [EmbeddingBagCollectionSharder()]))
+    assert (plan["table_0"].sharding_type, plan["table_0"].compute_kernel) == ("data_parallel", "dense")
+
+
 def test_declared_bandwidths_change_the_prediction():
     def comm(**links):
         planner = ShardoptPlanner(topology=Topology(world_size=4, local_world_size=2, compute_device="cuda", **links),
