@@ -183,6 +183,11 @@ def compare(workload: Path, config: PlanConfig, do_replay: bool, rounds: int, to
     if wl.parallelism is not None:
         raise ShardoptError(f"{workload}: parallelism: compare weighs 1D plans; for a 2D workload, compare one"
                             " group: drop the parallelism block and set world_size to the group's size")
+    sequence = next((i for i, t in enumerate(wl.tables) if not t.pooled), None)
+    if sequence is not None:  # said before either side plans, not as TorchRec's failure to plan
+        raise ShardoptError(f"{workload}: tables[{sequence}].pooled: false ({wl.tables[sequence].name!r}): compare"
+                            " builds TorchRec's EmbeddingBagCollection, which pools; plan a model with sequence"
+                            " tables with ShardoptPlanner")
     model, notes = resolve_model(config, wl)
     comm = comm_for(wl, model) if do_replay else None
     for note in notes:

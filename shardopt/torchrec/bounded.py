@@ -64,8 +64,8 @@ def _child(data: dict, sha256: Optional[str], timeout_s: int, out) -> None:
     try:
         plan = torchrec_plan(workload_from_dict(data), sha256, timeout_s=timeout_s)
         out.put(("timed-out" if timed_out.hit else "plan", plan_to_json(plan)))
-    except ShardoptError as exc:
-        out.put(("error", str(exc)))
+    except ShardoptError as exc:  # its kind travels: unusable input is not a failure to plan
+        out.put(("error" if exc.kind == ErrorKind.INFEASIBLE else "input", str(exc)))
     except Exception as exc:  # noqa: BLE001 - said in one line by the parent
         out.put(("error", f"TorchRec's planner raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
 
@@ -109,8 +109,8 @@ def bounded_torchrec_plan(workload: Workload, sha256: Optional[str], timeout_s: 
             child.kill()
         child.join(5)
     seconds = time.perf_counter() - started
-    if kind == "error":
-        raise ShardoptError(text, kind=ErrorKind.INFEASIBLE)
+    if kind in ("error", "input"):
+        raise ShardoptError(text, kind=ErrorKind.INFEASIBLE if kind == "error" else ErrorKind.INPUT)
     import json
 
     note = (f"TorchRec's planner did not finish its search in {timeout_s} s (--torchrec-timeout): its best"

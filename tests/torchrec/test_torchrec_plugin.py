@@ -271,6 +271,22 @@ def test_a_rank_that_dies_without_a_word_stops_the_wait_at_once():
     assert time.monotonic() - started < 60
 
 
+def test_compare_refuses_a_sequence_table_as_input_naming_it(runner, tmp_path):
+    """TorchRec's side is built as an EmbeddingBagCollection, which pools: a sequence table is
+    input compare cannot use (exit 2, the file and field), not a plan TorchRec failed to find."""
+    import yaml
+
+    out = tmp_path / "m.yaml"
+    assert run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "2", "--device",
+                   "cpu", "--batch-size", "64", "--hbm-cap", "1GB", "-o", out).exit_code == 0
+    data = yaml.safe_load(out.read_text())
+    data["tables"][1]["pooled"] = False
+    out.write_text(yaml.safe_dump(data))
+    result = run_cli(runner, "compare", out, "--time-limit", "1")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert f"{out}: tables[1].pooled: false" in result.stderr
+
+
 def test_compare_bounds_torchrecs_planner_and_still_prints_shardopts_side(runner, tmp_path, monkeypatch):
     """TorchRec's planner runs in a child process; one stopped at the hard bound leaves its side
     empty with the reason, shardopt's side printed and replayed alone; progress goes to stderr."""
