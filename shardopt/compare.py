@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from shardopt.contracts import Breakdown, PlanConfig
+from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
@@ -69,17 +70,25 @@ def compare_with_torchrec(
     progress(f"shardopt: planned in {ours_s:.1f} s; TorchRec's planner: planning"
              + (f" (search bound {torchrec_timeout_s} s)" if torchrec_timeout_s else ""))
     out.sides["shardopt"] = Side(ours, ours_s, predicted(model, workload, ours))
-    if torchrec_timeout_s is None:
-        from shardopt.torchrec.to_model import torchrec_plan
+    started = time.perf_counter()
+    try:
+        if torchrec_timeout_s is None:
+            from shardopt.torchrec.to_model import torchrec_plan
 
-        theirs, theirs_s = timed(lambda: torchrec_plan(workload, sha256))
-        note = ""
-    else:
-        from shardopt.torchrec.bounded import bounded_torchrec_plan
+            theirs, theirs_s = timed(lambda: torchrec_plan(workload, sha256))
+            note = ""
+        else:
+            from shardopt.torchrec.bounded import bounded_torchrec_plan
 
-        bounded = bounded_torchrec_plan(workload, sha256, torchrec_timeout_s, progress)
-        theirs, theirs_s, note = bounded.plan, bounded.seconds, bounded.note
-    progress(f"TorchRec's planner: {'planned' if theirs is not None else 'stopped'} after {theirs_s:.1f} s")
+            bounded = bounded_torchrec_plan(workload, sha256, torchrec_timeout_s, progress)
+            theirs, theirs_s, note = bounded.plan, bounded.seconds, bounded.note
+    except ShardoptError as exc:
+        if exc.kind != ErrorKind.INFEASIBLE:
+            raise
+        # TorchRec found no plan where shardopt found one: that is the comparison's answer.
+        theirs, theirs_s, note = None, time.perf_counter() - started, str(exc)
+    ended = "planned" if theirs is not None else "stopped" if "did not finish" in note else "found no plan"
+    progress(f"TorchRec's planner: {ended} after {theirs_s:.1f} s")
     out.sides["torchrec"] = Side(theirs, theirs_s, predicted(model, workload, theirs) if theirs else None, note=note)
     if rounds:
         from shardopt.measure.replay import comm_for, replay_side_by_side
@@ -112,7 +121,8 @@ def comparison_text(c: Comparison) -> str:
         lines.append(line + (f"   ({side.note})" if side.note else ""))
     ours, theirs = c.sides["shardopt"], c.sides["torchrec"]
     if theirs.plan is None:
-        lines.append("shardopt / torchrec: no ratio, TorchRec's planner gave no plan in time")
+        lines.append("shardopt / torchrec: no ratio, TorchRec's planner gave no plan"
+                     + (" in time" if "did not finish" in theirs.note else ""))
         return "\n".join(lines)
     ratio = (f"shardopt / torchrec: predicted {ours.predicted.step_ms / theirs.predicted.step_ms:.3f} per step"
              f" ({ours.predicted.bottleneck_ms / theirs.predicted.bottleneck_ms:.3f} by bottleneck)")

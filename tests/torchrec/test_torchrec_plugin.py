@@ -287,6 +287,28 @@ def test_compare_refuses_a_sequence_table_as_input_naming_it(runner, tmp_path):
     assert f"{out}: tables[1].pooled: false" in result.stderr
 
 
+def test_compare_where_torchrec_finds_no_plan_prints_shardopts_side(runner, tmp_path, monkeypatch):
+    """A plan shardopt found and TorchRec did not is the comparison's answer (exit 0), not a
+    workload without a plan (exit 3, shardopt's side lost)."""
+    import shardopt.torchrec.bounded as bounded
+    from shardopt.core.errors import ErrorKind, ShardoptError
+
+    out = tmp_path / "m.yaml"
+    assert run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "2", "--device",
+                   "cpu", "--batch-size", "64", "--hbm-cap", "1GB", "-o", out).exit_code == 0
+
+    def no_plan(*args, **kwargs):
+        raise ShardoptError("TorchRec's planner found no plan: strict constraints", kind=ErrorKind.INFEASIBLE)
+
+    monkeypatch.setattr(bounded, "bounded_torchrec_plan", no_plan)
+    result = run_cli(runner, "compare", out, "--time-limit", "1")
+    assert result.exit_code == 0, result.stderr
+    assert "no plan: TorchRec's planner found no plan: strict constraints" in result.stdout
+    assert "no ratio, TorchRec's planner gave no plan" in result.stdout and "in time" not in result.stdout
+    assert next(line for line in result.stdout.splitlines() if line.startswith("shardopt "))
+    assert "TorchRec's planner: found no plan after" in result.stderr
+
+
 def test_compare_bounds_torchrecs_planner_and_still_prints_shardopts_side(runner, tmp_path, monkeypatch):
     """TorchRec's planner runs in a child process; one stopped at the hard bound leaves its side
     empty with the reason, shardopt's side printed and replayed alone; progress goes to stderr."""
