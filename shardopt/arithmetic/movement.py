@@ -13,7 +13,7 @@ is sent from a lost rank, and what only lost ranks held is read from the last ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -36,6 +36,9 @@ class OldLayout:
     extent: Mapping[str, tuple[int, int]]
     lost: frozenset[int] = frozenset()  # old ranks that died: nothing is sent from them
     digest: str = ""  # the old plan's layout digest (core.manifest.layout_digest), for its manifest
+    # Per table, its old rectangles as arrays (filled on first use): a re-shard asks what overlaps a
+    # piece once per piece and rank, and at 1024 ranks a scan of every old piece took minutes.
+    _index: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, plan: Plan, lost: Iterable[int] = ()) -> "OldLayout":
@@ -52,6 +55,17 @@ class OldLayout:
 
         return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent,
                    frozenset(lost), layout_digest(plan.world_size, plan.tables))
+
+    def overlapping(self, name: str, rect: Rect) -> list[tuple[int, Rect]]:
+        """(old rank, rectangle) of the table's old pieces that overlap ``rect``, by rank."""
+        index = self._index.get(name)
+        if index is None:
+            held = [(src, h) for src in sorted(self.pieces.get(name, {})) for h in self.pieces[name][src]]
+            box = np.array([h for _, h in held], dtype=np.int64).reshape(-1, 4)
+            index = self._index[name] = (held, box[:, 0], box[:, 0] + box[:, 2], box[:, 1], box[:, 1] + box[:, 3])
+        held, r0, r1, c0, c1 = index
+        hit = (r0 < rect[0] + rect[2]) & (r1 > rect[0]) & (c0 < rect[1] + rect[3]) & (c1 > rect[1])
+        return [held[i] for i in np.flatnonzero(hit)]
 
     def carried(self, table: Table) -> tuple[int, int] | None:
         """The part of ``table`` that existed before: its old rows (a table that grew keeps them);
@@ -130,14 +144,12 @@ def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) 
     held = layout.pieces.get(table.name, {})
     covered = [o for h in held.get(old_rank, ()) if (o := overlap(part, h))] if old_rank is not None else []
     out = []
-    for src in sorted(held):
+    for src, h in layout.overlapping(table.name, part):
         if src == old_rank or src in layout.lost:
             continue
-        for h in held[src]:
-            o = overlap(part, h)
-            for piece in minus([o] if o else [], covered):
-                out.append((src, piece))
-                covered.append(piece)
+        for piece in minus([overlap(part, h)], covered):
+            out.append((src, piece))
+            covered.append(piece)
     if layout.lost:
         out += [(CHECKPOINT, piece) for piece in minus([part], covered)]
     return out

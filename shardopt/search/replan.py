@@ -105,9 +105,12 @@ class BudgetedSearch:
 
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
             """Bytes arriving for ``rect`` of table ``name`` on new ``rank`` (-1: a rank that held none)."""
-            key = (name, rect, rank)
+            old = self.old_of.get(rank)
+            if old not in self.old.pieces.get(name, {}):
+                old = None  # a rank that held none of the table receives all of it, as a new rank does
+            key = (name, rect, old)
             if key not in memo:
-                memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, self.old_of.get(rank))
+                memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, old)
             return memo[key]
 
         return rect_bytes

@@ -109,6 +109,30 @@ def test_the_manifest_rebuilds_any_new_plan_from_any_old_one(old_world, new_worl
         assert check_moves(new_wl, old, new, wrong)  # a rank that never held it
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=st.sampled_from([2, 3, 4, 6]), seed=st.integers(0, 10_000),
+       rect=st.tuples(st.integers(0, 5000), st.integers(0, 64), st.integers(1, 5000), st.integers(1, 64)))
+def test_the_old_pieces_a_piece_overlaps_are_every_one_it_overlaps_by_rank(world, seed, rect):
+    """The re-shard's index of old pieces finds what a scan of them all finds, in rank order; and
+    a rank that held none of a table receives all of a piece, as a rank new to the world does."""
+    from shardopt.arithmetic.movement import overlap, piece_move_bytes
+
+    wl = workload(world)
+    try:
+        old = sampled(wl, seed)
+    except ShardoptError:
+        return  # no random plan fit
+    layout = OldLayout.of(old)
+    for tp in old.tables:
+        held = layout.pieces[tp.name]
+        scan = [(src, h) for src in sorted(held) for h in held[src] if overlap(rect, h)]
+        assert layout.overlapping(tp.name, rect) == scan
+        table = wl.table(tp.name)
+        for rank in range(world):
+            if rank not in held:
+                assert piece_move_bytes(wl, layout, table, rect, rank) == piece_move_bytes(wl, layout, table, rect, None)
+
+
 @pytest.mark.parametrize("old_world, new_world, local", [(4, 6, 6), (4, 8, 4), (8, 4, 4)])
 def test_a_budget_is_honoured_and_more_bytes_never_buy_a_longer_step(old_world, new_world, local):
     old_wl, new_wl = workload(old_world, min(old_world, local), cap="2MB"), workload(new_world, local, cap="2MB")
