@@ -144,15 +144,44 @@ def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) 
     held = layout.pieces.get(table.name, {})
     covered = [o for h in held.get(old_rank, ()) if (o := overlap(part, h))] if old_rank is not None else []
     out = []
-    for src, h in layout.overlapping(table.name, part):
+    left = minus([part], covered)  # what no source has sent yet: once empty, the rest send nothing
+    boxes = _Boxes(covered)  # only the covered parts that overlap a source's piece cut it
+    for src, h in layout.overlapping(table.name, part) if left else ():
         if src == old_rank or src in layout.lost:
             continue
-        for piece in minus([overlap(part, h)], covered):
+        o = overlap(part, h)
+        for piece in minus([o], [covered[i] for i in boxes.overlapping(o)]):
             out.append((src, piece))
             covered.append(piece)
+            boxes.add(piece)
+        left = minus(left, [h])
+        if not left:
+            break
     if layout.lost:
         out += [(CHECKPOINT, piece) for piece in minus([part], covered)]
     return out
+
+
+class _Boxes:
+    """Rectangles in an array that grows, to find the ones overlapping another in one pass: a
+    piece cut from a table spread over 1024 old ranks is covered by 1024 parts, one by one."""
+
+    def __init__(self, rects: Sequence[Rect]) -> None:
+        self.n = len(rects)
+        self.a = np.zeros((max(16, 2 * self.n), 4), dtype=np.int64)
+        if rects:
+            self.a[:self.n] = rects
+
+    def add(self, rect: Rect) -> None:
+        if self.n == len(self.a):
+            self.a = np.concatenate([self.a, np.zeros_like(self.a)])
+        self.a[self.n] = rect
+        self.n += 1
+
+    def overlapping(self, r: Rect) -> np.ndarray:
+        a = self.a[:self.n]
+        return np.flatnonzero((a[:, 0] < r[0] + r[2]) & (a[:, 0] + a[:, 2] > r[0])
+                              & (a[:, 1] < r[1] + r[3]) & (a[:, 1] + a[:, 3] > r[1]))
 
 
 def piece_move_bytes(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> int:

@@ -195,10 +195,8 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
         target_ms = float(target_ms.sum())
     fitting = [i for i, pieces in enumerate(per_candidate) if pieces_max(pieces) <= target_ms]
     if not fitting:
-        # The cut whose heaviest piece comes closest: not simply the most split, which at 4096
-        # ranks is a row-wise cut whose every piece waits on a world-wide all-to-all (a 72M-row
-        # table: 93 ms per piece cut 4096 ways, 49 ms cut 8 ways within its host).
-        # A replica's piece is light but every rank pays it: a cut is preferred where there is one.
+        # The cut whose heaviest piece comes closest, not the most split (at 4096 ranks, row-wise
+        # pieces each wait on a world-wide all-to-all); not a replica, which every rank pays.
         cuts = [i for i in range(len(per_candidate)) if not kinds or kinds[i] != "data_parallel"]
         return min(cuts or range(len(per_candidate)), key=lambda i: (pieces_max(per_candidate[i]), i))
     # The least split that fits; but a replica on every rank (data-parallel) fits by its piece

@@ -20,7 +20,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.memory import shard_memory
-from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes
+from shardopt.arithmetic.movement import OldLayout, moved_bytes, overlap, piece_move_bytes
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.contracts import (
     CRITICAL_PATH, DEFAULT_CANDIDATES, DEFAULT_TIME_LIMIT_S, Breakdown, Objective, SearchResult, ShardSpec,
@@ -106,8 +106,8 @@ class BudgetedSearch:
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
             """Bytes arriving for ``rect`` of table ``name`` on new ``rank`` (-1: a rank that held none)."""
             old = self.old_of.get(rank)
-            if old not in self.old.pieces.get(name, {}):
-                old = None  # a rank that held none of the table receives all of it, as a new rank does
+            if not any(overlap(rect, h) for h in self.old.pieces.get(name, {}).get(old, ())):
+                old = None  # a rank that held none of the piece receives all of it, as a new rank does
             key = (name, rect, old)
             if key not in memo:
                 memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, old)
