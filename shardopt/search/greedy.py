@@ -1,13 +1,13 @@
 """Memory-aware greedy search: the warm start for the ILP and the planner for very large instances.
 
 Each table starts at its least-split candidate whose largest piece is no heavier than a balanced
-rank's share (where none is, the cut whose largest piece comes closest); pieces then go, heaviest first, onto the least-loaded rank with room (longest
-processing time first). A table whose piece fits nowhere is cut finer and the placement restarts;
-a final pass moves pieces off the bottleneck rank while that lowers it. Under the critical-path
-objective one more plan starts from a target per phase (a table whose lookups alone outweigh a
-balanced rank's is cut although traffic dominates its total), and the best plan's phases are then
-balanced by moves and swaps (``balance.py``): at 1000 tables x 128 ranks, where the greedy is the
-answer, the step fell from 17.5 to 13.7 ms.
+rank's share (else the cut whose largest piece comes closest); pieces then go, heaviest first,
+onto the least-loaded rank with room (longest processing time first). A table whose piece fits
+nowhere is cut finer and the placement restarts; a final pass moves pieces off the bottleneck rank
+while that lowers it. Under the critical-path objective one more plan starts from a target per
+phase (a table whose lookups alone outweigh a balanced rank's is cut although traffic dominates its
+total), and the best plan's phases are then balanced by moves and swaps (``balance.py``): at 1000
+tables x 128 ranks, where the greedy is the answer, the step fell from 17.5 to 13.7 ms.
 """
 
 from __future__ import annotations
