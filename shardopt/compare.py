@@ -13,6 +13,7 @@ from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
+from shardopt.torchrec.bounded import NOT_FINISHED
 
 
 @dataclass
@@ -87,7 +88,7 @@ def compare_with_torchrec(
             raise
         # TorchRec found no plan where shardopt found one: that is the comparison's answer.
         theirs, theirs_s, note = None, time.perf_counter() - started, str(exc)
-    ended = "planned" if theirs is not None else "stopped" if "did not finish" in note else "found no plan"
+    ended = "planned" if theirs is not None else "stopped" if NOT_FINISHED in note else "found no plan"
     progress(f"TorchRec's planner: {ended} after {theirs_s:.1f} s")
     out.sides["torchrec"] = Side(theirs, theirs_s, predicted(model, workload, theirs) if theirs else None, note=note)
     if rounds:
@@ -122,7 +123,7 @@ def comparison_text(c: Comparison) -> str:
     ours, theirs = c.sides["shardopt"], c.sides["torchrec"]
     if theirs.plan is None:
         lines.append("shardopt / torchrec: no ratio, TorchRec's planner gave no plan"
-                     + (" in time" if "did not finish" in theirs.note else ""))
+                     + (" in time" if NOT_FINISHED in theirs.note else ""))
         return "\n".join(lines)
     ratio = (f"shardopt / torchrec: predicted {ours.predicted.step_ms / theirs.predicted.step_ms:.3f} per step"
              f" ({ours.predicted.bottleneck_ms / theirs.predicted.bottleneck_ms:.3f} by bottleneck)")

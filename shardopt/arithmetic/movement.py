@@ -61,11 +61,9 @@ class OldLayout:
         index = self._index.get(name)
         if index is None:
             held = [(src, h) for src in sorted(self.pieces.get(name, {})) for h in self.pieces[name][src]]
-            box = np.array([h for _, h in held], dtype=np.int64).reshape(-1, 4)
-            index = self._index[name] = (held, box[:, 0], box[:, 0] + box[:, 2], box[:, 1], box[:, 1] + box[:, 3])
-        held, r0, r1, c0, c1 = index
-        hit = (r0 < rect[0] + rect[2]) & (r1 > rect[0]) & (c0 < rect[1] + rect[3]) & (c1 > rect[1])
-        return [held[i] for i in np.flatnonzero(hit)]
+            index = self._index[name] = (held, np.array([h for _, h in held], dtype=np.int64).reshape(-1, 4))
+        held, boxes = index
+        return [held[i] for i in overlapping_rows(boxes, rect)]
 
     def carried(self, table: Table) -> tuple[int, int] | None:
         """The part of ``table`` that existed before: its old rows (a table that grew keeps them);
@@ -179,9 +177,14 @@ class _Boxes:
         self.n += 1
 
     def overlapping(self, r: Rect) -> np.ndarray:
-        a = self.a[:self.n]
-        return np.flatnonzero((a[:, 0] < r[0] + r[2]) & (a[:, 0] + a[:, 2] > r[0])
-                              & (a[:, 1] < r[1] + r[3]) & (a[:, 1] + a[:, 3] > r[1]))
+        return overlapping_rows(self.a[:self.n], r)
+
+
+def overlapping_rows(boxes: np.ndarray, r: Rect) -> np.ndarray:
+    """Indices of the rectangles (rows of ``boxes``, as :data:`Rect`) that overlap ``r``: :func:`overlap`
+    over an array."""
+    return np.flatnonzero((boxes[:, 0] < r[0] + r[2]) & (boxes[:, 0] + boxes[:, 2] > r[0])
+                          & (boxes[:, 1] < r[1] + r[3]) & (boxes[:, 1] + boxes[:, 3] > r[1]))
 
 
 def piece_move_bytes(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> int:

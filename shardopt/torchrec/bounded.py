@@ -21,6 +21,9 @@ from shardopt.core.workload import Workload
 TICK_S = 15.0  # how often the wait says how long it has waited
 
 
+NOT_FINISHED = "did not finish"  # in every note of a search stopped by its bound (compare reads it)
+
+
 def hard_limit(timeout_s: int) -> float:
     """When the child is stopped: TorchRec's search bound plus room to enumerate and score."""
     return 2.0 * timeout_s + 30.0
@@ -92,7 +95,7 @@ def bounded_torchrec_plan(workload: Workload, sha256: Optional[str], timeout_s: 
             except queues.Empty:
                 now = time.perf_counter()
                 if now >= deadline:
-                    return Bounded(None, now - started, f"TorchRec's planner did not finish in {now - started:.0f} s"
+                    return Bounded(None, now - started, f"TorchRec's planner {NOT_FINISHED} in {now - started:.0f} s"
                                    f" (its search was given {timeout_s} s; --torchrec-timeout)")
                 if now >= next_tick:
                     progress(f"TorchRec's planner: {now - started:.0f} s so far (search bound {timeout_s} s)")
@@ -113,6 +116,6 @@ def bounded_torchrec_plan(workload: Workload, sha256: Optional[str], timeout_s: 
         raise ShardoptError(text, kind=ErrorKind.INFEASIBLE if kind == "error" else ErrorKind.INPUT)
     import json
 
-    note = (f"TorchRec's planner did not finish its search in {timeout_s} s (--torchrec-timeout): its best"
+    note = (f"TorchRec's planner {NOT_FINISHED} its search in {timeout_s} s (--torchrec-timeout): its best"
             " plan by then" if kind == "timed-out" else "")
     return Bounded(plan_from_dict(json.loads(text), "TorchRec's plan"), seconds, note)
