@@ -1,15 +1,16 @@
-"""What a column-wise piece costs beside its whole table, measured and as the model prices it.
+"""What a column-wise or row-wise piece costs beside its whole table, measured and as the model prices it.
 
-    python benchmarks/cut_pieces.py [--per-regime 2] [--tables 2] [--rounds 5]
+    python benchmarks/cut_pieces.py [--cut column|row] [--per-regime 2] [--tables 2] [--rounds 5]
 
 A column cut's pieces each go through all of the table's lookups; only the width is shared out.
-The cost model says how much of a table's time shrinks with the width. Where it is wrong, a cut
-it prices as cheap is not. For the costliest tables (by the packaged model) of held-out tasks of
-every regime (``shardopt.bench.regimes``), one replay holds the table whole on a rank, its two
-halves on two more and its four quarters on four more (copies of the table: each rank sees the
-same lookups at the task's global batch), timed side by side on this machine's kernels. Each
-cell is a piece's time over the whole table's, forward and backward: measured, then the
-packaged model's.
+A row cut's pieces each get their rows' share of the lookups, over every bag of the batch.
+The cost model says how much of a table's time shrinks with the cut. Where it is wrong, a cut
+it prices as cheap is not (or one it prices as dear is not). For the costliest tables (by the
+packaged model) of held-out tasks of every regime (``shardopt.bench.regimes``), one replay holds
+the table whole on a rank, its two halves on two more and its four quarters on four more (copies
+of the table: each rank sees the same lookups at the task's global batch), timed side by side on
+this machine's kernels. Each cell is the mean piece's time over the whole table's, forward and
+backward: measured, then the packaged model's (a piece at its share would be 0.50 / 0.25).
 
 Puts its table on top of ``benchmarks/results/cut_pieces.md`` (``--output``; earlier runs kept).
 """
@@ -30,10 +31,11 @@ from on_top import put_on_top
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _pieces_workload(workload, table):
+def _pieces_workload(workload, table, cut="column"):
     """The table three times (whole, halves, quarters) on 1 + 2 + 4 ranks, at the task's global batch."""
     from shardopt.core.plan import Plan, Shard, TablePlan, WorkloadRef
     from shardopt.core.workload import workload_from_dict, workload_to_dict
+    from shardopt.search.candidates import split_evenly
 
     data = workload_to_dict(workload)
     base = next(t for t in data["tables"] if t["name"] == table.name)
@@ -46,10 +48,15 @@ def _pieces_workload(workload, table):
     pieces = workload_from_dict(data, source=f"<{table.name} cut>")
     rows, dim, first, tables = table.num_embeddings, table.embedding_dim, 0, []
     for k in (1, 2, 4):
-        width = dim // k
-        shards = tuple(Shard(rank=first + i, offsets=(0, i * width), sizes=(rows, width)) for i in range(k))
-        tables.append(TablePlan(name=f"{table.name}/{k}", sharding_type="table_wise" if k == 1 else "column_wise",
-                                shards=shards))
+        if cut == "row":
+            edges = np.cumsum([0, *split_evenly(rows, k)])
+            shards = tuple(Shard(rank=first + i, offsets=(int(edges[i]), 0), sizes=(int(edges[i + 1] - edges[i]), dim))
+                           for i in range(k))
+        else:
+            width = dim // k
+            shards = tuple(Shard(rank=first + i, offsets=(0, i * width), sizes=(rows, width)) for i in range(k))
+        kind = "table_wise" if k == 1 else f"{cut}_wise"
+        tables.append(TablePlan(name=f"{table.name}/{k}", sharding_type=kind, shards=shards))
         first += k
     return pieces, Plan(format="shardopt-plan", version=3, workload=WorkloadRef(name=pieces.name),
                         world_size=world, tables=tuple(tables))
@@ -69,6 +76,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1000)
     parser.add_argument("--tables", type=int, default=2, help="the costliest tables of each task")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cut", choices=("column", "row"), default="column")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "cut_pieces.md")
     args = parser.parse_args()
 
@@ -87,14 +95,15 @@ def main() -> None:
             for table in sorted(w.tables, key=whole_ms, reverse=True)[:args.tables]:
                 if table.embedding_dim // 4 < 4:
                     continue
-                pieces, plan = _pieces_workload(w, table)
+                pieces, plan = _pieces_workload(w, table, args.cut)
                 measured = replay_side_by_side(pieces, {"cut": plan}, args.rounds).per_rank["cut"]
                 priced = model.breakdown(pieces, plan.tables)
                 cells = {}
-                for k, rank in ((2, 1), (4, 3)):
+                for k, first in ((2, 1), (4, 3)):
                     for label, ranks in (("m", measured), ("p", priced)):
                         for p, attr in (("f", "fwd_compute_ms"), ("b", "bwd_compute_ms")):
-                            value = getattr(ranks[rank], attr) / getattr(ranks[0], attr)
+                            mean = sum(getattr(ranks[r], attr) for r in range(first, first + k)) / k
+                            value = mean / getattr(ranks[0], attr)
                             cells[f"{label}{k}{p}"] = value
                             ratios[f"{label}{k}{p}"].append(value)
                 rows.append(
@@ -109,13 +118,13 @@ def main() -> None:
         return f"{math.exp(float(np.mean(np.log(ratios[key])))):.2f}"
 
     lines = [
-        "# A column-wise piece beside its whole table",
+        f"# A {args.cut}-wise piece beside its whole table",
         "",
-        f"Command: `python benchmarks/cut_pieces.py --per-regime {args.per_regime} --tables {args.tables}"
+        f"Command: `python benchmarks/cut_pieces.py --cut {args.cut} --per-regime {args.per_regime} --tables {args.tables}"
         f" --rounds {args.rounds}`, one run, {time.perf_counter() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
         f" on `{cpu_fingerprint()}`. The costliest tables (packaged model) of held-out tasks (seeds"
         f" {args.first_seed}..); each piece's forward / backward over the whole table's, measured side by"
-        " side, and as the packaged model prices it (a piece at its share of the width would be 0.50 / 0.25).",
+        " side, and as the packaged model prices it (a piece at its share would be 0.50 / 0.25).",
         "",
         "| table | shape | whole, measured ms | half: measured | half: model | quarter: measured | quarter: model |",
         "|---|---|---|---|---|---|---|",

@@ -155,8 +155,8 @@ class ShardBasis:
     kernels of the ranks it tries, and only the caches differ between them."""
 
     __slots__ = ("table", "cols", "lookups", "row_bytes", "cached", "alone", "unique_rows", "unique",
-                 "in_memory", "outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed", "bwd_fixed",
-                 "dense")
+                 "in_memory", "outputs", "grad_outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed",
+                 "bwd_fixed", "dense")
 
     def __init__(self, hw: Hardware, table: Table, rows: int, cols: int, lookups: float, samples: int,
                  optimizer: str, compute_kernel: str, cache_load_factor: float | None) -> None:
@@ -177,6 +177,11 @@ class ShardBasis:
         self.in_memory = in_memory
         # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
         self.outputs = samples * ctx.features if table.pooled else lookups
+        # The backward reads the output gradient for the ids it holds: a row-wise piece of a
+        # table pays its lookups' share of it, not every bag's (measured: a quarter's backward is a
+        # quarter of its table's, benchmarks/results/cut_pieces.md; whole tables are unchanged).
+        whole = samples * table.pooling_factor
+        self.grad_outputs = self.outputs * min(1.0, lookups / whole) if table.pooled and whole > 0 else self.outputs
         self.update_bytes = unique * 2 * (row_bytes + state_bytes)
         self.rows_span = rows * row_bytes
         # A data-parallel replica (TorchRec's dense kernel, shardopt/profile/dense.py): its backward
@@ -264,7 +269,7 @@ def terms_in_cache(
         1.0,  # table
         passes * lookups,  # lookup
         passes * lookups * INDEX_BYTES,  # index_bytes
-        b.outputs * cols * OUTPUT_BYTES,  # out_bytes
+        b.grad_outputs * cols * OUTPUT_BYTES,  # out_bytes
         lookups * cols * OUTPUT_BYTES,  # accum_bytes
         b.update_bytes * update_hit,  # update_hit_bytes
         *bwd_update,  # update_bytes_d*, update_bytes_half

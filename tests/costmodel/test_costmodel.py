@@ -45,6 +45,26 @@ def test_row_wise_shard_sees_its_share_of_lookups():
     assert quarter.hbm_bytes * 4 == whole.hbm_bytes
 
 
+def test_a_row_pieces_backward_reads_the_gradient_of_its_own_ids_only():
+    """The forward writes a partial sum for every bag; the backward reads the output gradient per
+    id it holds, so four quarters pay what the whole table pays (measured: cut_pieces.md)."""
+    from shardopt.arithmetic.traffic import shard_lookups, shard_samples
+    from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, shard_terms
+
+    w = _workload(world=4, local=4, compute_device="cuda", hardware="h200")
+    table, hw = w.tables[0], hardware_for(w.topology)
+
+    def terms(kind, rows):
+        return shard_terms(hw, table, rows, 64, lookups=shard_lookups(w, table, kind, rows),
+                           samples=shard_samples(w, kind))
+
+    (whole_fwd, whole_bwd), (quarter_fwd, quarter_bwd) = terms("table_wise", 100_000), terms("row_wise", 25_000)
+    assert quarter_fwd[FWD_TERMS.index("out_bytes")] == whole_fwd[FWD_TERMS.index("out_bytes")]
+    out = BWD_TERMS.index("out_bytes")
+    assert quarter_bwd[out] == pytest.approx(whole_bwd[out] / 4)
+    assert whole_bwd[out] == w.batch_size * 4 * 64 * 4  # every bag's row, whole
+
+
 def test_column_shards_each_see_every_lookup():
     w = _workload(rows=5_000)  # in cache either way: only the per-lookup work differs
     half = _cost(w, "column_wise", rows=5_000, cols=32)
