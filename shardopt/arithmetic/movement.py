@@ -39,6 +39,9 @@ class OldLayout:
     # Per table, its old rectangles as arrays (filled on first use): a re-shard asks what overlaps a
     # piece once per piece and rank, and at 1024 ranks a scan of every old piece took minutes.
     _index: dict = field(default_factory=dict, compare=False, repr=False)
+    # Each piece's (bytes that arrive, of them from the checkpoint) for one workload: a re-shard
+    # prices every plan it weighs, and at 11376 pieces over 1024 ranks that was minutes each time.
+    _moves: list = field(default_factory=lambda: [None, {}], compare=False, repr=False)
 
     @classmethod
     def of(cls, plan: Plan, lost: Iterable[int] = ()) -> "OldLayout":
@@ -56,14 +59,33 @@ class OldLayout:
         return cls(plan.world_size, {k: {r: tuple(v) for r, v in d.items()} for k, d in pieces.items()}, extent,
                    frozenset(lost), layout_digest(plan.world_size, plan.tables))
 
-    def overlapping(self, name: str, rect: Rect) -> list[tuple[int, Rect]]:
-        """(old rank, rectangle) of the table's old pieces that overlap ``rect``, by rank."""
+    def _indexed(self, name: str) -> tuple[list, np.ndarray, bool]:
         index = self._index.get(name)
         if index is None:
             held = [(src, h) for src in sorted(self.pieces.get(name, {})) for h in self.pieces[name][src]]
-            index = self._index[name] = (held, np.array([h for _, h in held], dtype=np.int64).reshape(-1, 4))
-        held, boxes = index
+            boxes = np.array([h for _, h in held], dtype=np.int64).reshape(-1, 4)
+            index = self._index[name] = (held, boxes, disjoint(boxes))
+        return index
+
+    def overlapping(self, name: str, rect: Rect) -> list[tuple[int, Rect]]:
+        """(old rank, rectangle) of the table's old pieces that overlap ``rect``, by rank."""
+        held, boxes, _ = self._indexed(name)
         return [held[i] for i in overlapping_rows(boxes, rect)]
+
+    def tiled(self, name: str) -> bool:
+        """Whether no two of the table's old pieces overlap (no replicas): each byte has one source."""
+        return self._indexed(name)[2]
+
+    def holds_part_of(self, name: str, rect: Rect, old_rank: int | None) -> bool:
+        """Whether ``old_rank`` held any of ``rect`` of the table (one that held none receives
+        all of it, as a new rank does)."""
+        return old_rank is not None and any(overlap(rect, h) for h in self.pieces.get(name, {}).get(old_rank, ()))
+
+    def moves_of(self, workload: Workload) -> dict:
+        """The piece-move memo of ``workload`` (the one asked last)."""
+        if self._moves[0] is not workload:
+            self._moves[:] = [workload, {}]
+        return self._moves[1]
 
     def carried(self, table: Table) -> tuple[int, int] | None:
         """The part of ``table`` that existed before: its old rows (a table that grew keeps them);
@@ -141,6 +163,12 @@ def arrivals(layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) 
         return []
     held = layout.pieces.get(table.name, {})
     covered = [o for h in held.get(old_rank, ()) if (o := overlap(part, h))] if old_rank is not None else []
+    if layout.tiled(table.name):  # one source per byte: each overlapping piece sends its overlap
+        out = [(src, overlap(part, h)) for src, h in layout.overlapping(table.name, part)
+               if src != old_rank and src not in layout.lost]
+        if layout.lost:
+            out += [(CHECKPOINT, piece) for piece in minus([part], covered + [p for _, p in out])]
+        return out
     out = []
     left = minus([part], covered)  # what no source has sent yet: once empty, the rest send nothing
     boxes = _Boxes(covered)  # only the covered parts that overlap a source's piece cut it
@@ -180,6 +208,21 @@ class _Boxes:
         return overlapping_rows(self.a[:self.n], r)
 
 
+def disjoint(boxes: np.ndarray, most: int = 4096) -> bool:
+    """Whether no two rectangles (rows of ``boxes``) overlap; past ``most`` of them, not asked (False)."""
+    if len(boxes) > most:
+        return False
+    r0, c0 = boxes[:, 0], boxes[:, 1]
+    r1, c1 = r0 + boxes[:, 2], c0 + boxes[:, 3]
+    for i in range(0, len(boxes), 256):  # pairs in blocks: 4096 pieces would be 16M pairs at once
+        j = slice(i, i + 256)
+        hit = ((r0[j, None] < r1) & (r1[j, None] > r0) & (c0[j, None] < c1) & (c1[j, None] > c0))
+        hit[np.arange(hit.shape[0]), np.arange(i, i + hit.shape[0])] = False
+        if hit.any():
+            return False
+    return True
+
+
 def overlapping_rows(boxes: np.ndarray, r: Rect) -> np.ndarray:
     """Indices of the rectangles (rows of ``boxes``, as :data:`Rect`) that overlap ``r``: :func:`overlap`
     over an array."""
@@ -187,11 +230,22 @@ def overlapping_rows(boxes: np.ndarray, r: Rect) -> np.ndarray:
                           & (boxes[:, 1] < r[1] + r[3]) & (boxes[:, 1] + boxes[:, 3] > r[1]))
 
 
+def piece_moves(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> tuple[int, int]:
+    """(bytes that must arrive for ``rect`` to live on the new rank that was ``old_rank``, of them
+    what the checkpoint supplies): the parts the migration manifest sends, each priced as a shard
+    of its own (its rows carry their optimizer state). Priced once per workload and piece."""
+    old = old_rank if layout.holds_part_of(table.name, rect, old_rank) else None
+    memo, key = layout.moves_of(workload), (table.name, rect, old)
+    if key not in memo:
+        parts = arrivals(layout, table, rect, old)
+        memo[key] = (sum(rect_bytes(workload, table, piece) for _, piece in parts),
+                     sum(rect_bytes(workload, table, piece) for src, piece in parts if src == CHECKPOINT))
+    return memo[key]
+
+
 def piece_move_bytes(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> int:
-    """Bytes that must arrive for ``rect`` to live on the new rank that was ``old_rank``: the
-    parts the migration manifest sends, each priced as a shard of its own (its rows carry their
-    optimizer state)."""
-    return sum(rect_bytes(workload, table, piece) for _, piece in arrivals(layout, table, rect, old_rank))
+    """Bytes that must arrive for ``rect`` to live on the new rank that was ``old_rank``."""
+    return piece_moves(workload, layout, table, rect, old_rank)[0]
 
 
 def retained_matrix(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan]) -> np.ndarray:
@@ -227,13 +281,8 @@ def given_survivors(layout: OldLayout, new_world: int) -> dict[int, int]:
 
 def restored_bytes(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan], old_of: Mapping[int, int]) -> int:
     """Of :func:`moved_bytes`, what is read from the checkpoint (held only by lost ranks)."""
-    total = 0
-    for tp in tables:
-        table = workload.table(tp.name)
-        for rank, rect in rects_of(tp):
-            total += sum(rect_bytes(workload, table, piece)
-                         for src, piece in arrivals(layout, table, rect, old_of.get(rank)) if src == CHECKPOINT)
-    return total
+    return sum(piece_moves(workload, layout, workload.table(tp.name), rect, old_of.get(rank))[1]
+               for tp in tables for rank, rect in rects_of(tp))
 
 
 def survivors(workload: Workload, layout: OldLayout) -> list[int]:
@@ -271,9 +320,5 @@ def forced_bytes(workload: Workload, layout: OldLayout, kept_ranks: Sequence[int
 
 def moved_bytes(workload: Workload, layout: OldLayout, tables: Sequence[TablePlan], old_of: Mapping[int, int]) -> int:
     """Bytes the new plan ``tables`` moves, new rank ``r`` being old rank ``old_of[r]``."""
-    total = 0
-    for tp in tables:
-        table = workload.table(tp.name)
-        for rank, rect in rects_of(tp):
-            total += piece_move_bytes(workload, layout, table, rect, old_of.get(rank))
-    return total
+    return sum(piece_move_bytes(workload, layout, workload.table(tp.name), rect, old_of.get(rank))
+               for tp in tables for rank, rect in rects_of(tp))

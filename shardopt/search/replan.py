@@ -20,7 +20,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.memory import shard_memory
-from shardopt.arithmetic.movement import OldLayout, moved_bytes, overlap, piece_move_bytes
+from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.contracts import (
     CRITICAL_PATH, DEFAULT_CANDIDATES, DEFAULT_TIME_LIMIT_S, Breakdown, Objective, SearchResult, ShardSpec,
@@ -101,17 +101,9 @@ class BudgetedSearch:
         return candidates, costs, bound
 
     def _rect_bytes(self, workload: Workload):
-        memo: dict = {}
-
         def rect_bytes(name: str, rect: tuple, rank: int) -> int:
             """Bytes arriving for ``rect`` of table ``name`` on new ``rank`` (-1: a rank that held none)."""
-            old = self.old_of.get(rank)
-            if not any(overlap(rect, h) for h in self.old.pieces.get(name, {}).get(old, ())):
-                old = None  # a rank that held none of the piece receives all of it, as a new rank does
-            key = (name, rect, old)
-            if key not in memo:
-                memo[key] = piece_move_bytes(workload, self.old, workload.table(name), rect, old)
-            return memo[key]
+            return piece_move_bytes(workload, self.old, workload.table(name), rect, self.old_of.get(rank))
 
         return rect_bytes
 

@@ -254,3 +254,51 @@ def test_the_descent_fills_new_ranks_with_the_most_step_per_byte():
     assert none == old.tables  # nothing is free to move
     assert {s.rank for tp in some for s in tp.shards} == {0, 1, 2, 3}
     assert step(some) < step(old.tables)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(boxes=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(1, 20), st.integers(1, 20)),
+                      max_size=12))
+def test_pieces_are_disjoint_exactly_when_no_two_overlap(boxes):
+    import numpy as np
+
+    from shardopt.arithmetic.movement import disjoint, overlap
+
+    pairs = any(overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert disjoint(np.array(boxes, dtype=np.int64).reshape(-1, 4)) is not pairs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(old_world=st.sampled_from([3, 4, 6]), new_world=st.sampled_from([2, 3, 4, 6]),
+       seeds=st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), lost=st.sets(st.integers(0, 5), max_size=2))
+def test_a_tiled_tables_quick_arrivals_are_the_general_ones(old_world, new_world, seeds, lost):
+    """Where no two old pieces of a table overlap, each overlapping piece sends its overlap: the
+    same parts, from the same ranks, in the same order (and the checkpoint's) as the general walk."""
+    from shardopt.arithmetic.movement import arrivals, piece_moves, rects_of
+
+    old_wl, new_wl = workload(old_world), workload(new_world)
+    try:
+        old, new = sampled(old_wl, seeds[0]), sampled(new_wl, seeds[1])
+    except ShardoptError:
+        return  # no random plan fit
+    lost = frozenset(r for r in lost if r < old_world)
+    quick, general = OldLayout.of(old, lost), OldLayout.of(old, lost)
+    object.__setattr__(general, "tiled", lambda name: False)  # the general walk for every table
+    alive = [r for r in range(old_world) if r not in lost]
+    for tp in new.tables:
+        table = new_wl.table(tp.name)
+        for rank, rect in rects_of(tp):
+            old_rank = alive[rank] if rank < len(alive) else None
+            assert arrivals(quick, table, rect, old_rank) == arrivals(general, table, rect, old_rank)
+            assert piece_moves(new_wl, quick, table, rect, old_rank) == piece_moves(new_wl, general, table, rect, old_rank)
+
+
+def test_the_bytes_moved_are_priced_again_for_another_workload():
+    """The piece-move memo belongs to one workload: another optimizer's state changes the bytes."""
+    plain, adam = workload(2), workload(2, optimizer="adam")
+    old, new = tw_plan(plain, [0, 1, 0, 1, 0, 1]), tw_plan(plain, [1, 0, 1, 0, 1, 0])
+    layout = OldLayout.of(old)
+    first = moved_bytes(plain, layout, new.tables, {0: 0, 1: 1})
+    assert moved_bytes(adam, layout, new.tables, {0: 0, 1: 1}) > first
+    assert moved_bytes(plain, layout, new.tables, {0: 0, 1: 1}) == first == moved_bytes(
+        plain, OldLayout.of(old), new.tables, {0: 0, 1: 1})
