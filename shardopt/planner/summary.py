@@ -157,6 +157,24 @@ def parallelism_lines(plan: Plan) -> list[str]:
     return lines
 
 
+def groups_hint(workload: Workload, plan: Plan) -> list[str]:
+    """A 1D GPU plan with more ranks than tables, mostly waiting on its all-to-alls: each table's
+    pieces reach every rank there, and 2D sharding groups (DMPCollection) were 1.5-3.7x faster on
+    synthetic H200 workloads of 200-800 tables on 512-4096 ranks (benchmarks/results/plan_time.md)."""
+    topo, predicted = workload.topology, plan.predicted
+    if (predicted is None or plan.parallelism is not None or topo.compute_device != "cuda"
+            or topo.num_hosts < 2 or topo.world_size <= len(workload.tables)):
+        return []
+    step = Breakdown.of(predicted.per_rank).step_ms
+    comm = max(r.fwd_comm_ms for r in predicted.per_rank) + max(r.bwd_comm_ms for r in predicted.per_rank)
+    if step <= 0 or comm < step / 2:
+        return []
+    return [f"2D not weighed: {topo.world_size} ranks for {len(workload.tables)} tables, comm {comm / step:.0%}"
+            " of the step; a workload's parallelism block (sharding_group_size: auto, sync_every as training"
+            " allows) plans sharding groups against their replicas' sync, `shardopt sweep` with --group-sizes"
+            " all shows each size"]
+
+
 def _short(reason: str | None) -> str:
     if not reason:
         return "not planned"
@@ -212,7 +230,7 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
             lines.append(f"comm: {fwd:.3f} ms forward, {bwd:.3f} ms backward on the slowest rank;"
                          f" priced from {predicted.comm_source}")
         lines.extend(sensitivity_lines(predicted))
-    lines.extend(parallelism_lines(plan))
+    lines.extend(parallelism_lines(plan) or groups_hint(workload, plan))
     lines.extend(statistics_line(workload))
     lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)

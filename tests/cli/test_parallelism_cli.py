@@ -93,3 +93,37 @@ def test_commands_that_weigh_1d_plans_refuse_a_2d_one_in_one_line(runner, tmp_pa
     assert not (tmp_path / "r.json").exists()
     result = run_cli(runner, "compare", given)
     assert result.exit_code == 2 and "compare weighs 1D plans" in result.stderr
+
+
+def _wide(tmp_path, world: int, device: str = "cuda") -> Path:
+    """Six wide tables pooled once at a large batch: a 1D plan's step is mostly all-to-all."""
+    data = {"version": 1, "name": "wide", "batch_size": 16384,
+            "topology": {"world_size": world, "local_world_size": world // 2, "compute_device": device,
+                         "hbm_cap": "2GB", **({"hardware": "h100"} if device == "cuda" else {})},
+            "tables": [{"name": f"t{i}", "num_embeddings": 500_000, "embedding_dim": 256, "pooling_factor": 1.0}
+                       for i in range(6)]}
+    path = tmp_path / f"wide{world}{device}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_1d_gpu_plan_with_more_ranks_than_tables_waiting_on_comm_points_to_groups(runner, tmp_path):
+    result = run_cli(runner, "plan", _wide(tmp_path, 16), "-o", tmp_path / "p.json", "--time-limit", "0.5")
+    assert result.exit_code == 0, result.output
+    hint = [line for line in result.stdout.splitlines() if line.startswith("2D not weighed")]
+    assert len(hint) == 1 and "16 ranks for 6 tables" in hint[0] and "sharding_group_size: auto" in hint[0]
+    # Grouped in fact (sync every 100 steps), the same tables plan faster: the hint is not idle talk.
+    data = yaml.safe_load(_wide(tmp_path, 16).read_text())
+    data["parallelism"] = {"sharding_group_size": "auto", "sync_every": 100}
+    grouped = tmp_path / "grouped.yaml"
+    grouped.write_text(yaml.safe_dump(data))
+    out = tmp_path / "g.json"
+    assert run_cli(runner, "plan", grouped, "-o", out, "--time-limit", "0.5").exit_code == 0
+    ranks = json.loads((tmp_path / "p.json").read_text())["predicted"]["per_rank"]
+    flat_step = sum(max(r[phase] for r in ranks) for phase in ("fwd_compute_ms", "bwd_compute_ms",
+                                                                "fwd_comm_ms", "bwd_comm_ms"))
+    assert json.loads(out.read_text())["parallelism"]["step_ms"] < flat_step
+    # Fewer ranks than tables, or CPU ranks (no DMPCollection): no hint.
+    for path in (_wide(tmp_path, 4), _wide(tmp_path, 16, "cpu")):
+        result = run_cli(runner, "plan", path, "-o", tmp_path / "q.json", "--time-limit", "0.5")
+        assert result.exit_code in (0, 3) and "2D not weighed" not in result.stdout
