@@ -23,6 +23,7 @@ from itertools import accumulate, repeat
 from typing import Literal, NamedTuple, Optional, Sequence
 
 from shardopt.arithmetic.access import row_buckets
+from shardopt.arithmetic.checks import UVM_KERNELS
 from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.costmodel.base import CostModel, ShardCost
@@ -208,19 +209,26 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
     out += _uvm_tiers(workload, table, size, out)
     if table.compute_kernels is not None:
-        kept = [c for c in out if c.compute_kernel in table.compute_kernels]
-        if not kept and "data_parallel" in allowed and "dense" in table.compute_kernels:
-            # Replicas are pruned above to tables small enough to gain by one; a table whose kernels
-            # leave only the dense one asks for a replica, as TorchRec's constraint does.
-            kept = [Candidate(table.name, "data_parallel", whole * world, "fixed", "dense")]
-        if not kept:
-            raise ShardoptError(
-                f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
-                f" {list(table.compute_kernels)} (shardopt plans fused, fused_uvm and fused_uvm_caching"
-                " on cuda with a ddr_cap, and dense for data_parallel)", kind=ErrorKind.INFEASIBLE,
-            )
-        out = kept
+        out = _with_kernels(workload, table, out, "data_parallel" in allowed, whole * world)
     return out
+
+
+def _with_kernels(workload: Workload, table: Table, out: list[Candidate], replicable: bool,
+                  replica: tuple[Piece, ...]) -> list[Candidate]:
+    """The candidates that run with the table's compute_kernels (TorchRec's constraint); none: refused."""
+    kept = [c for c in out if c.compute_kernel in table.compute_kernels]
+    if not kept and replicable and "dense" in table.compute_kernels:
+        # Replicas are pruned above to tables small enough to gain by one; a table whose kernels
+        # leave only the dense one asks for a replica, as TorchRec's constraint does.
+        kept = [Candidate(table.name, "data_parallel", replica, "fixed", "dense")]
+    if not kept:
+        topo = workload.topology
+        uvm = topo.compute_device == "cuda" and topo.ddr_cap is None and set(table.compute_kernels) & set(UVM_KERNELS)
+        reason = ("; UVM keeps rows in host memory: declare topology.ddr_cap" if uvm else " (shardopt plans fused,"
+                  " fused_uvm and fused_uvm_caching on cuda with a ddr_cap, and dense for data_parallel)")
+        raise ShardoptError(f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
+                            f" {list(table.compute_kernels)}{reason}", kind=ErrorKind.INFEASIBLE)
+    return kept
 
 
 def workload_candidates(

@@ -180,3 +180,18 @@ def test_kernels_that_ask_for_a_replica_or_plain_uvm_get_one_whatever_the_prunin
     assert {c.compute_kernel for c in uvm} == {"fused_uvm"}
     plan = IlpSearch(time_limit_s=0.5).search(wl, AnalyticCostModel())
     assert {tp.name: tp.sharding_type for tp in plan.tables}["replica"] == "data_parallel"
+
+
+def test_kernels_held_to_uvm_without_host_memory_name_the_missing_ddr_cap():
+    import pytest
+
+    from shardopt.core.errors import ShardoptError
+
+    table = {"name": "uvm", "num_embeddings": 4_000_000, "embedding_dim": 64, "compute_kernels": ["fused_uvm"]}
+    without, with_ddr, cpu = (_workload([table], cap="8GB"), _workload([table], cap="8GB", ddr="64GB"),
+                              _workload([table], device="cpu", cap="8GB"))
+    with pytest.raises(ShardoptError, match=r"'uvm'.*UVM keeps rows in host memory: declare topology.ddr_cap$"):
+        table_candidates(without, without.tables[0])
+    assert {c.compute_kernel for c in table_candidates(with_ddr, with_ddr.tables[0])} == {"fused_uvm"}
+    with pytest.raises(ShardoptError, match=r"with a ddr_cap, and dense for data_parallel\)$"):
+        table_candidates(cpu, cpu.tables[0])  # CPU ranks run no UVM kernel at all
