@@ -26,6 +26,7 @@ from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_plan, workload_candidates
 from shardopt.search.pricing import pieces_max, pieces_total
 from shardopt.search.explain import Unplaceable, greedy_failure
+from shardopt.search.hosts import place_host_bound, roomiest
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
@@ -226,18 +227,13 @@ def _place(
         same_piece_counts(workload, candidates, choice)
     chosen = {name: (candidates[name][choice[name]], costs[name][choice[name]]) for name in names}
     _place_fixed(ranks, chosen, assigned, guard)
-    _place_host_bound(workload, model, ranks, chosen, assigned, guard)
+    place_host_bound(workload, model, ranks, chosen, assigned, guard)
     _place_free(workload, model, ranks, chosen, assigned, order, guard)
     if guard is None:  # moves would have to re-check every rule: the rules' plans go to CP-SAT as placed
         _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks)
     return tuple(
         table_plan(candidates[name][choice[name]], assigned[name]) for name in names
     )
-
-
-def _load_with(workload: Workload, model: CostModel, ranks: _Ranks, rank: int, kind: str, cost: ShardCost) -> float:
-    kinds = set(ranks.kinds[rank]) | {kind}
-    return ranks.load_ms[rank] + ranks.ms(cost, rank) + model.rank_overhead_ms(workload, kinds)
 
 
 def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]], guard: RankGuard | None) -> None:
@@ -256,38 +252,6 @@ def _place_fixed(ranks: _Ranks, chosen, assigned: dict[str, list[int]], guard: R
             if guard is not None:
                 guard.took(name, rank)
         assigned[name] = list(range(len(pcosts)))
-
-
-def _place_host_bound(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned,
-                      guard: RankGuard | None) -> None:
-    """Host-bound pieces: the host whose ranks end least loaded, each piece on its least-loaded rank."""
-    topo = workload.topology
-    local = topo.ranks_per_host
-    for name, (cand, pcosts) in chosen.items():
-        if cand.placement != "host":
-            continue
-        best: tuple[float, int, list[int]] | None = None
-        open_to = guard.open_to(name) if guard is not None else np.ones(topo.world_size, dtype=bool)
-        for host in range(topo.num_hosts):
-            host_ranks = list(range(host * local, (host + 1) * local))
-            in_order = cand.sharding_type == "table_row_wise"
-            if not open_to[host_ranks].all() and (in_order or open_to[host_ranks].sum() < len(pcosts)):
-                continue
-            trial = _fit_on(ranks, [r for r in host_ranks if open_to[r]] if not in_order else host_ranks,
-                            pcosts, in_order)
-            if trial is None:
-                continue
-            peak = max(_load_with(workload, model, ranks, r, cand.sharding_type, c) for r, c in zip(trial, pcosts))
-            if best is None or peak < best[0]:
-                best = (peak, host, trial)
-        if best is None:
-            roomiest = _roomiest(ranks)
-            raise Unplaceable(name, max(c.hbm_bytes for c in pcosts), roomiest, int(ranks.free_bytes[roomiest]))
-        for rank, cost in zip(best[2], pcosts):
-            ranks.take(rank, cand.sharding_type, cost)
-            if guard is not None:
-                guard.took(name, rank)
-        assigned[name] = best[2]
 
 
 def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, assigned, order: Order,
@@ -317,8 +281,8 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
             if not fits.any():
                 raise Unplaceable(name, cost.hbm_bytes, 0, 0, rule="placement rules")
         if not fits.any():
-            roomiest = _roomiest(ranks)
-            raise Unplaceable(name, cost.hbm_bytes, roomiest, int(ranks.free_bytes[roomiest]))
+            rank = roomiest(ranks)
+            raise Unplaceable(name, cost.hbm_bytes, rank, int(ranks.free_bytes[rank]))
         # Pieces of one table spread over ranks when they can: it keeps each rank's load lighter.
         pool = fits.copy()
         pool[assigned.get(name, [])] = False
@@ -334,35 +298,6 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
             for other, vector in overheads.items():
                 vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
         assigned.setdefault(name, []).append(rank)
-
-
-def _roomiest(ranks: _Ranks) -> int:
-    return int(np.argmax(ranks.free_bytes))  # the first of the roomiest
-
-
-def _fit_on(
-    ranks: _Ranks, host_ranks: list[int], pcosts: Sequence[ShardCost], in_order: bool
-) -> list[int] | None:
-    """Ranks of one host for the pieces (piece i on rank i when ``in_order``), or None."""
-    ddr = ranks.free_ddr[host_ranks[0] // ranks.local]
-    if sum(c.ddr_bytes for c in pcosts) > ddr:
-        return None
-    if in_order:
-        picked = host_ranks[: len(pcosts)]
-        ok = all(c.hbm_bytes <= ranks.free_bytes[r] for r, c in zip(picked, pcosts))
-        return picked if ok else None
-    free = {r: ranks.free_bytes[r] for r in host_ranks}
-    load = {r: ranks.load_ms[r] for r in host_ranks}
-    picked = []
-    for cost in pcosts:
-        fits = [r for r in host_ranks if free[r] >= cost.hbm_bytes]
-        if not fits:
-            return None
-        rank = min(fits, key=lambda r: (load[r], r))
-        free[rank] -= cost.hbm_bytes
-        load[rank] += cost.total_ms
-        picked.append(rank)
-    return picked
 
 
 def _move_off_bottleneck(workload, model, candidates, costs, choice, assigned, ranks) -> None:
