@@ -26,7 +26,7 @@ from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_plan, workload_candidates
 from shardopt.search.pricing import pieces_max, pieces_total
 from shardopt.search.explain import Unplaceable, greedy_failure
-from shardopt.search.hosts import place_host_bound, roomiest
+from shardopt.search.hosts import place_host_bound, roomiest, take
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
@@ -291,12 +291,7 @@ def _place_free(workload: Workload, model: CostModel, ranks: _Ranks, chosen, ass
             overheads[kind] = ranks.overheads_with(workload, model, kind)
         total = np.where(pool, ranks.load_ms + ranks.ms(cost) + overheads[kind], np.inf)
         rank = int(np.argmin(total))  # the first of the least loaded
-        ranks.take(rank, kind, cost)
-        if guard is not None:
-            guard.took(name, rank)
-        if ranks.kinds[rank][kind] == 1:  # the rank's kinds changed: so did its overheads
-            for other, vector in overheads.items():
-                vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
+        take(workload, model, ranks, name, rank, kind, cost, guard, overheads)
         assigned.setdefault(name, []).append(rank)
 
 

@@ -46,13 +46,20 @@ def place_host_bound(workload: Workload, model: CostModel, ranks, chosen, assign
             rank = roomiest(ranks)
             raise Unplaceable(name, max(c.hbm_bytes for c in pcosts), rank, int(ranks.free_bytes[rank]))
         for rank, cost in zip(best[2], pcosts):
-            ranks.take(rank, kind, cost)
-            if guard is not None:
-                guard.took(name, rank)
-            if ranks.kinds[rank][kind] == 1:  # the rank's kinds changed: so did its overheads
-                for other, vector in overheads.items():
-                    vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
+            take(workload, model, ranks, name, rank, kind, cost, guard, overheads)
         assigned[name] = best[2]
+
+
+def take(workload: Workload, model: CostModel, ranks, name: str, rank: int, kind: str, cost: ShardCost,
+         guard: RankGuard | None, overheads: dict[str, np.ndarray]) -> None:
+    """Put a piece of ``name`` on ``rank``: its load, the rules' record and each kept overhead vector
+    (per kind, each rank's overhead once it holds that kind) where the rank's kinds changed."""
+    ranks.take(rank, kind, cost)
+    if guard is not None:
+        guard.took(name, rank)
+    if ranks.kinds[rank][kind] == 1:  # the rank's kinds changed: so did its overheads
+        for other, vector in overheads.items():
+            vector[rank] = model.rank_overhead_ms(workload, set(+ranks.kinds[rank]) | {other})
 
 
 def _best_host(workload, model, ranks, cand, pcosts, open_to) -> tuple[float, int, list[int]] | None:
