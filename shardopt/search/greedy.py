@@ -1,10 +1,10 @@
 """Memory-aware greedy search: the warm start for the ILP and the planner for very large instances.
 
 Each table starts at its least-split candidate whose largest piece is no heavier than a balanced
-rank's share (else the cut whose largest piece comes closest); pieces then go, heaviest first,
-onto the least-loaded rank with room (longest processing time first). A table whose piece fits
-nowhere is cut finer and the placement restarts; a final pass moves pieces off the bottleneck rank
-while that lowers it. Under the critical-path objective one more plan starts from a target per
+rank's share (else the cut that overshoots it least; a piece on every rank counts on top of that
+share, since every rank pays it); pieces then go, heaviest first, onto the least-loaded rank with
+room (longest processing time first). A table whose piece fits nowhere is cut finer and the
+placement restarts; a final pass moves pieces off the bottleneck rank while that lowers it. Under the critical-path objective one more plan starts from a target per
 phase (a table whose lookups alone outweigh a balanced rank's is cut although traffic dominates its
 total), and the best plan's phases are then balanced by moves and swaps (``balance.py``): at 1000
 tables x 128 ranks, where the greedy is the answer, the step fell from 17.5 to 13.7 ms.
@@ -38,6 +38,7 @@ _MAX_MOVES = 10_000
 # each multiple yields a plan and the one the cost model rates best is kept.
 TARGETS = (1.0, 1.5, float("inf"))
 BALANCE_MOVES_PER_RANK = 4  # balance_phases' budget, in moves or swaps
+FIT_SLACK = 0.01  # of a table's share: a row-wise cut's pieces differ by a row, its mean is its share
 
 
 @dataclass
@@ -114,24 +115,24 @@ class GreedySearch:
         if candidates is None or costs is None:
             candidates, costs = workload_candidates(workload, cost_model, self.candidate_set)
         bound = balance_lower_bound(workload, cost_model, candidates, costs, possible=possible)
-        average = sum(
-            min(map(pieces_total, per)) for per in costs.values()
-        ) / workload.topology.world_size
-        best: tuple[float, tuple[TablePlan, ...]] | None = None
-        failure: Unplaceable | None = None
+        world = workload.topology.world_size
+        totals = {name: list(map(pieces_total, per)) for name, per in costs.items()}
+        cheapest = {name: min(range(len(t)), key=t.__getitem__) for name, t in totals.items()}
+        average = sum(totals[name][i] for name, i in cheapest.items()) / world
+        # Each table's share of a balanced rank (its cheapest cut over every rank), per phase and in all.
+        shares = {name: (_phase_share(costs[name][i], world), totals[name][i] / world) for name, i in cheapest.items()}
         targets: list = [average * scale for scale in self.targets]
         steps = self.balance and self.objective.name == CRITICAL_PATH.name
         if steps:
-            targets.append(_phase_means(costs, workload.topology.world_size))
-        for target in targets:
-            try:
-                placed = self._search_at(workload, cost_model, candidates, costs, target)
-            except Unplaceable as exc:
-                failure = exc
-                continue
-            peak = plan_score(self.objective, workload, cost_model, placed)
-            if best is None or peak < best[0] - 1e-12:
-                best = (peak, placed)
+            targets.append(_phase_means([costs[name][i] for name, i in cheapest.items()], world))
+        best, failure = self._best_of(workload, cost_model, candidates, costs, targets, shares, None)
+        barred = _fixed_barred(candidates, costs, best[1]) if best is not None else None
+        if barred is not None:
+            # A cut on every rank (row-wise over the world, a replica) adds its piece to the
+            # slowest rank too, which the start's guess of a balanced rank cannot see; the plans
+            # without the ones taken are weighed by the whole model (at 1024 ranks, a hot table
+            # cut 8 ways within a host instead of 1024 ways: 8.10 -> 7.57 ms).
+            best, _ = self._best_of(workload, cost_model, *barred, targets, shares, best)
         if best is None:
             assert failure is not None
             raise greedy_failure(workload, costs, failure)
@@ -147,22 +148,38 @@ class GreedySearch:
             result = repaired(workload, cost_model, result, self.repair_s, objective=self.objective)
         return result
 
+    def _best_of(self, workload, cost_model, candidates, costs, targets, shares, best):
+        """The plan the objective rates best of ``best`` and those placed at each target, and the
+        last placement's failure (None where every target placed)."""
+        failure: Unplaceable | None = None
+        for target in targets:
+            try:
+                placed = self._search_at(workload, cost_model, candidates, costs, target, shares)
+            except Unplaceable as exc:
+                failure = exc
+                continue
+            peak = plan_score(self.objective, workload, cost_model, placed)
+            if best is None or peak < best[0] - 1e-12:
+                best = (peak, placed)
+        return best, failure
+
     @staticmethod
-    def _search_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
+    def _search_at(workload, cost_model, candidates, costs, target_ms, shares) -> tuple[TablePlan, ...]:
         """Place with tables cut until their largest piece is at most ``target_ms`` (placement
         balances rank totals whatever the objective, so a robust greedy reuses the nominal one's)."""
         target = tuple(target_ms.tolist()) if isinstance(target_ms, np.ndarray) else float(target_ms)
-        held = shared(cost_model, workload, ("placed", id(candidates), id(costs), target),
-                      lambda: (candidates, costs, GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms)))
+        held = shared(cost_model, workload, ("placed", id(candidates), id(costs), target), lambda: (
+            candidates, costs, GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms, shares)))
         if held[0] is candidates and held[1] is costs:
             return held[2]
-        return GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms)
+        return GreedySearch._place_at(workload, cost_model, candidates, costs, target_ms, shares)
 
     @staticmethod
-    def _place_at(workload, cost_model, candidates, costs, target_ms) -> tuple[TablePlan, ...]:
+    def _place_at(workload, cost_model, candidates, costs, target_ms, shares) -> tuple[TablePlan, ...]:
         failure: Unplaceable | None = None
         for order in ("cost", "memory"):
-            choice = {name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]])
+            choice = {name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]],
+                                            [c.placement == "fixed" for c in candidates[name]], shares[name])
                       for name in candidates}
             while True:
                 try:
@@ -176,30 +193,49 @@ class GreedySearch:
         raise failure
 
 
-def _phase_means(costs, world: int) -> np.ndarray:
+def _fixed_barred(candidates, costs, plan: Sequence[TablePlan]):
+    """(candidates, costs) without the fixed cuts ``plan`` took where a table has other cuts;
+    None where it took none."""
+    taken = {tp.name: (tp.sharding_type, len(tp.shards), tp.compute_kernel, tp.replicated_rows) for tp in plan}
+    kept_c, kept_k, barred = dict(candidates), dict(costs), False
+    for name, cands in candidates.items():
+        fixed = [c.placement == "fixed" and taken.get(name) == (c.sharding_type, len(c.pieces), c.compute_kernel,
+                                                                c.replicated_rows) for c in cands]
+        if any(fixed) and not all(c.placement == "fixed" for c in cands):
+            kept_c[name] = [c for c, f in zip(cands, fixed) if not f]
+            kept_k[name] = [k for k, f in zip(costs[name], fixed) if not f]
+            barred = True
+    return (kept_c, kept_k) if barred else None
+
+
+def _phase_means(cheapest: Sequence[Sequence[ShardCost]], world: int) -> np.ndarray:
     """A balanced rank's milliseconds in each phase, with every table at its cheapest cut."""
-    cheapest = [min(per, key=pieces_total) for per in costs.values()]
     return np.array([sum(rank_phases(p)[k] for pieces in cheapest for p in pieces) for k in range(len(PHASES))]) / world
 
 
-def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kinds: Sequence[str] = ()) -> int:
-    """The least-split candidate whose largest piece is within ``target_ms``; with a target per
-    phase, the cheapest candidate whose pieces are each within every phase's target (a table
-    whose lookups alone outweigh a balanced rank's is cut although traffic dominates its total)."""
+def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kinds: Sequence[str] = (),
+                    fixed: Sequence[bool] = (), share: tuple = (0.0, 0.0)) -> int:
+    """The least-split candidate that keeps every rank within ``target_ms`` (:func:`_forced_ms`),
+    else the one that overshoots it least; with a target per phase, first the cheapest candidate
+    whose pieces are each within every phase's target (a table whose lookups alone outweigh a
+    balanced rank's is cut although traffic dominates its total). ``share``: the table's share of a
+    balanced rank, per phase and in all (what a fixed cut's piece stands in for)."""
     if isinstance(target_ms, np.ndarray):
         # Pieces of one shape share one cost object: a cut over 1024 ranks has two distinct ones.
         distinct = [{id(p): rank_phases(p) for p in pieces}.values() for pieces in per_candidate]
-        within = [i for i, phases in enumerate(distinct)
-                  if all(max(ph[k] for ph in phases) <= target_ms[k] for k in range(len(PHASES)))]
+        peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in distinct]
+        own = share[0]
+        within = [i for i, peak in enumerate(peaks)
+                  if (_forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms + FIT_SLACK * own).all()]
         if within:
             return min(within, key=lambda i: (pieces_total(per_candidate[i]), i))
         target_ms = float(target_ms.sum())
-    fitting = [i for i, pieces in enumerate(per_candidate) if pieces_max(pieces) <= target_ms]
+    own = share[1]
+    forced = [_forced_ms(pieces_max(pieces), target_ms, bool(fixed and fixed[i]), own)
+              for i, pieces in enumerate(per_candidate)]
+    fitting = [i for i, load in enumerate(forced) if load <= target_ms + FIT_SLACK * own]
     if not fitting:
-        # The cut whose heaviest piece comes closest, not the most split (at 4096 ranks, row-wise
-        # pieces each wait on a world-wide all-to-all); not a replica, which every rank pays.
-        cuts = [i for i in range(len(per_candidate)) if not kinds or kinds[i] != "data_parallel"]
-        return min(cuts or range(len(per_candidate)), key=lambda i: (pieces_max(per_candidate[i]), i))
+        return min(range(len(per_candidate)), key=lambda i: (forced[i], i))
     # The least split that fits; but a replica on every rank (data-parallel) fits by its piece
     # while every rank pays it: it is taken only where no fitting cut costs the world less.
     first = fitting[0]
@@ -208,6 +244,22 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
         if cheaper:
             return cheaper[0]
     return first
+
+
+def _phase_share(pieces: Sequence[ShardCost], world: int) -> np.ndarray:
+    """A cut's milliseconds per phase over ``world`` ranks (pieces of one shape share an object)."""
+    counts = Counter(map(id, pieces))
+    return sum(counts[id(p)] * np.array(rank_phases(p)) for p in {id(p): p for p in pieces}.values()) / world
+
+
+def _forced_ms(peak, target, fixed: bool, own):
+    """The load a cut forces on some rank of a balanced plan: a free or host-bound piece sets its
+    rank's where it outweighs the target; a fixed cut's piece (row-wise over every rank, a
+    replica) comes on top of the load of ranks that hold their share of everything else (``own``:
+    the table's share of the target). At 4096 ranks, a row-wise piece sends the whole table's
+    partial sums and a replica all-reduces the whole table, on every rank: taken for their small
+    pieces, two such tables set 80 ms where 8-way cuts within a host give 50."""
+    return peak + target - own if fixed else np.maximum(peak, target)
 
 
 def _place(
