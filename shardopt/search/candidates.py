@@ -16,15 +16,12 @@ Beyond TorchRec's kinds over all ranks, three come from the research:
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from typing import Literal, NamedTuple, Optional, Sequence
 
-from shardopt.arithmetic.access import row_buckets
 from shardopt.arithmetic.checks import UVM_KERNELS
-from shardopt.arithmetic.memory import UVM_CACHE_LOAD_FACTOR
 from shardopt.core.plan import Shard, TablePlan
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.core.errors import ErrorKind, ShardoptError
@@ -33,13 +30,9 @@ from shardopt.core.workload import Table, Workload
 from shardopt.search.pricing import piece_costs, pieces_total
 from shardopt.search.rules import pinned_cuts
 from shardopt.search.shared import shared
+from shardopt.search.tiers import uvm_tiers
 
 MIN_CW_DIM = 32  # narrower column shards waste FBGEMM's 4-wide vector lanes per warp
-# RecShard tiers: cache the rows drawing these shares of a table's lookups.
-HOT_SHARES = (0.8, 0.9, 0.95, 0.99)
-MAX_LOAD_FACTOR = 0.5  # a bigger cache is not worth the UVM tier: keep the table in HBM
-HBM_TIGHT = 0.9  # tables filling more of the cluster's HBM than this get UVM tiers without statistics
-TIERED_MIN_CAP_SHARE = 1 / 64  # only tables at least this share of a rank's HBM get tiers
 SUBSET_MIN_CAP_SHARE = 1 / 4  # row-wise subsets for tables at least this share of a rank's HBM
 DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this share
 # A table whose cheapest single piece costs more than this share of a balanced rank's load is
@@ -121,25 +114,20 @@ def _col_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
 
 
 def column_splits(table: Table, max_parts: int) -> list[int]:
-    """Powers of two k >= 2, up to ``max_parts``, whose shards keep at least MIN_CW_DIM columns."""
-    narrowest = max(MIN_CW_DIM, table.min_partition or 0)
+    """Powers of two k >= 2, up to ``max_parts``, whose shards keep at least the table's
+    min_partition columns (else MIN_CW_DIM); with a min_partition, also TorchRec's own cut (blocks
+    of the least multiple of 4 from min_partition up that divides the width): a user who set
+    min_partition 8 on 84 columns gets the 7 shards of 12 TorchRec's planner offers."""
+    dim, narrowest = table.embedding_dim, table.min_partition or MIN_CW_DIM
     out, k = [], 2
-    while k <= max_parts and table.embedding_dim // k >= MIN_CW_DIM:
-        if min(split_evenly(table.embedding_dim, k, unit=4)) >= narrowest:
+    while k <= max_parts and dim // k >= narrowest:
+        if min(split_evenly(dim, k, unit=4)) >= narrowest:
             out.append(k)
         k *= 2
-    return out
-
-
-def cache_load_factors(table: Table) -> list[float]:
-    """RecShard's split points: the HBM share of rows that serves each of HOT_SHARES of lookups."""
-    buckets = row_buckets(table)
-    out: list[float] = []
-    for share in HOT_SHARES:
-        factor = math.ceil(100 * buckets.rows_for_share(share) / table.num_embeddings) / 100
-        factor = max(factor, 0.01)
-        if factor <= MAX_LOAD_FACTOR and factor not in out:
-            out.append(factor)
+    if table.min_partition:
+        block = next((i for i in range(narrowest, dim) if dim % i == 0 and i % 4 == 0), dim)
+        if 2 <= dim // block <= max_parts and dim // block not in out:
+            out = sorted([*out, dim // block])
     return out
 
 
@@ -207,7 +195,7 @@ def table_candidates(workload: Workload, table: Table, which: CandidateSet = "al
     if "table_wise" in allowed:
         # A one-piece column or row cut is table-wise under another name.
         out = [c for c in out if len(c.pieces) > 1 or c.sharding_type in ("table_wise", "data_parallel")]
-    out += _uvm_tiers(workload, table, size, out)
+    out += uvm_tiers(workload, table, size, out)
     if table.compute_kernels is not None:
         out = _with_kernels(workload, table, out, "data_parallel" in allowed, whole * world)
     return out
@@ -343,48 +331,6 @@ def _hot_rows(workload: Workload, table: Table) -> list[Candidate]:
             offset += rows
         out.append(Candidate(table.name, "row_wise", tuple(pieces), "fixed", replicated_rows=hot))
     return out
-
-
-def _uvm_tiers(workload: Workload, table: Table, size: int, cuts: list[Candidate]) -> list[Candidate]:
-    """Host-memory tiers (they need a declared ddr_cap, on cuda).
-
-    With access statistics, RecShard's hot/cold tiers read off them (tables big enough to
-    matter). Without (uniform access: no hot set to read), when HBM is short or the table's kernels
-    ask for UVM, TorchRec's default cache share and plain UVM. A fixed ``cache_load_factor`` (the
-    user's CacheParams.load_factor) replaces the chosen shares.
-    """
-    topo = workload.topology
-    if topo.compute_device != "cuda" or not topo.ddr_cap:
-        return []
-    base = next((c for c in cuts if len(c.pieces) == 1 and c.sharding_type != "data_parallel"), None)
-    base = base or next((c for c in cuts if c.sharding_type != "data_parallel"), None)
-    if base is None:
-        return []
-    factors = cache_load_factors(table) if size >= topo.hbm_cap * TIERED_MIN_CAP_SHARE else []
-    plain = False
-    wants_uvm = table.compute_kernels is not None and "fused" not in table.compute_kernels
-    if not factors and (wants_uvm or size > topo.hbm_cap or _hbm_short(workload)):
-        factors, plain = [UVM_CACHE_LOAD_FACTOR], True
-    if table.cache_load_factor is not None:
-        factors = [table.cache_load_factor]
-    # Kernels that name plain UVM get it, whatever the tiers read off the access statistics.
-    plain = plain or (table.compute_kernels is not None and "fused_uvm" in table.compute_kernels)
-    out = [
-        Candidate(table.name, base.sharding_type, base.pieces, base.placement,
-                  compute_kernel="fused_uvm_caching", cache_load_factor=factor)
-        for factor in factors
-    ]
-    if plain:
-        out.append(Candidate(table.name, base.sharding_type, base.pieces, base.placement, compute_kernel="fused_uvm"))
-    return out
-
-
-@lru_cache(maxsize=16)
-def _hbm_short(workload: Workload) -> bool:
-    """Whether the tables' weights and optimizer state fill the cluster's HBM past HBM_TIGHT
-    (whole tables pack into ranks with some slack lost, so full is short)."""
-    total = sum(shard_bytes(workload.optimizer, t, t.num_embeddings, t.embedding_dim) for t in workload.tables)
-    return total > HBM_TIGHT * workload.topology.hbm_cap * workload.topology.world_size
 
 
 def table_plan(cand: Candidate, ranks: Sequence[int]) -> TablePlan:

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from shardopt.arithmetic.access import row_buckets
 from shardopt.core.layout import shard_bytes
 from shardopt.costmodel.analytic import AnalyticCostModel
-from shardopt.search.candidates import HOT_SHARES, cache_load_factors, table_candidates
+from shardopt.search.candidates import table_candidates
+from shardopt.search.tiers import HOT_SHARES, cache_load_factors
 from shardopt.search.ilp import IlpSearch
 from shardopt.core.workload import workload_from_dict
 
@@ -195,3 +196,22 @@ def test_kernels_held_to_uvm_without_host_memory_name_the_missing_ddr_cap():
     assert {c.compute_kernel for c in table_candidates(with_ddr, with_ddr.tables[0])} == {"fused_uvm"}
     with pytest.raises(ShardoptError, match=r"with a ddr_cap, and dense for data_parallel\)$"):
         table_candidates(cpu, cpu.tables[0])  # CPU ranks run no UVM kernel at all
+
+
+def test_a_min_partition_is_the_narrowest_column_shard_as_in_torchrec():
+    """TorchRec reads min_partition as the narrowest column shard (its own default is 128 columns);
+    shardopt's default floor is 32, and a user's min_partition replaces it, narrower or wider, with
+    TorchRec's own cut (the least multiple of 4 from min_partition up dividing the width) offered."""
+    from shardopt.search.candidates import column_splits
+
+    def table(dim, min_partition=None):
+        extra = {"min_partition": min_partition} if min_partition else {}
+        return workload_from_dict({"version": 1, "name": "w", "batch_size": 512, "topology": {
+            "world_size": 8, "compute_device": "cuda", "hbm_cap": "80GB"}, "tables": [
+                {"name": "t", "num_embeddings": 1000, "embedding_dim": dim, **extra}]}).tables[0]
+
+    assert column_splits(table(84), 8) == [2]
+    assert column_splits(table(84, 8), 8) == [2, 4, 7, 8]  # 7 x 12: TorchRec's cut
+    assert column_splits(table(84, 8), 4) == [2, 4]  # no more pieces than ranks
+    assert column_splits(table(128, 64), 8) == [2]
+    assert column_splits(table(256), 8) == [2, 4, 8]

@@ -156,6 +156,38 @@ def test_uvm_tiers_without_statistics_when_hbm_is_short():
     assert plan["table_0"].cache_params.load_factor == 0.3
 
 
+def test_a_table_whose_cache_outgrows_a_rank_is_cached_in_column_pieces_as_torchrec_does():
+    """parity_fuzz seed 3188: beside five constrained tables, a 1.3M x 84 table held to fused or
+    fused_uvm_caching with min_partition 8, on 64 MB ranks (cached whole: 88 MB of HBM).
+    TorchRec's planner cut it into seven cached column shards of 12; shardopt cut columns no
+    narrower than 32, tiered only the whole table, and refused. Now it plans, every shard at least
+    min_partition wide."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+    shapes = [(1_767_754, 32), (912_142, 144), (168, 164), (178, 252), (2116, 44), (1_312_527, 84)]
+    tables = [EmbeddingBagConfig(num_embeddings=rows, embedding_dim=dim, name=f"table_{i}",
+                                 feature_names=[f"feature_{i}"]) for i, (rows, dim) in enumerate(shapes)]
+    uvm = ["fused_uvm", "fused_uvm_caching"]
+    constraints = {
+        "table_0": ParameterConstraints(sharding_types=["row_wise"], compute_kernels=uvm, pooling_factors=[1.0]),
+        "table_1": ParameterConstraints(sharding_types=["table_row_wise"], pooling_factors=[1.0]),
+        "table_2": ParameterConstraints(sharding_types=["column_wise", "table_column_wise"], compute_kernels=uvm,
+                                        pooling_factors=[37.7]),
+        "table_4": ParameterConstraints(sharding_types=["data_parallel"], pooling_factors=[30.0]),
+        "table_5": ParameterConstraints(compute_kernels=["fused", "fused_uvm_caching"], min_partition=8,
+                                        pooling_factors=[1.0]),
+    }
+    topology = Topology(world_size=8, local_world_size=8, hbm_cap=64 * MB, ddr_cap=8192 * MB, compute_device="cuda")
+    sharders = [EmbeddingBagCollectionSharder()]
+    theirs = _shardings(EmbeddingShardingPlanner(topology=topology, constraints=constraints).plan(
+        SparseNN(tables), sharders))
+    assert theirs["table_5"].compute_kernel == "fused_uvm_caching"
+    ours = _shardings(ShardoptPlanner(topology=topology, constraints=constraints, time_limit_s=1).plan(
+        SparseNN(tables), sharders))
+    assert ours["table_5"].compute_kernel in ("fused", "fused_uvm_caching")
+    assert min(m.shard_sizes[1] for m in ours["table_5"].sharding_spec.shards) >= 8
+
+
 def test_a_table_held_to_the_dense_kernel_is_replicated_as_torchrec_does():
     """EmbeddingShardingPlanner replicates a 500k-row table constrained to the dense kernel;
     shardopt offers replicas only to small tables of its own accord, but plans this one too."""
