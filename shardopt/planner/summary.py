@@ -159,7 +159,7 @@ def parallelism_lines(plan: Plan) -> list[str]:
 
 def groups_hint(workload: Workload, plan: Plan) -> list[str]:
     """A 1D GPU plan with more ranks than tables, mostly waiting on its all-to-alls: each table's
-    pieces reach every rank there, and 2D sharding groups (DMPCollection) were 1.5-3.6x faster on
+    pieces reach every rank there, and 2D sharding groups (DMPCollection) were 1.5-2.3x faster on
     synthetic H200 workloads of 200-800 tables on 512-4096 ranks (benchmarks/results/plan_time.md)."""
     topo, predicted = workload.topology, plan.predicted
     if (predicted is None or plan.parallelism is not None or topo.compute_device != "cuda"
