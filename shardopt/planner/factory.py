@@ -14,6 +14,7 @@ from shardopt.core.workload import Workload
 from shardopt.costmodel.base import CostModel
 from shardopt.costmodel.uncertainty import Doubt, doubt_for
 from shardopt.planner.pipeline import plan_workload
+from shardopt.search.candidates import release_pieces
 
 GC_FIRST_GENERATION = 100_000  # allocations between young collections while planning (Python's: 700)
 GREEDY_REPAIR_SHARE = 0.2  # of the time limit, for the greedy search's repair pass
@@ -59,9 +60,12 @@ def plan_with(
         return plan_2d(workload, lambda group: plan_with(group, config, cost_model=model, sha256=sha256, source=source),
                        candidates=config.candidates, source=source)
     with fewer_collections():
-        doubt = doubt_for(model, workload)
-        search = build_search(config, search_objective(config, workload, model, doubt))
-        return plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source, doubt=doubt)
+        try:
+            doubt = doubt_for(model, workload)
+            search = build_search(config, search_objective(config, workload, model, doubt))
+            return plan_workload(workload, sha256=sha256, cost_model=model, search=search, source=source, doubt=doubt)
+        finally:
+            release_pieces()
 
 
 @contextmanager

@@ -87,17 +87,13 @@ def _bound(
     return max(total / world + overhead, largest + overhead)
 
 
-# The last workload's floors by candidate: a search asks for the bound over the offered cuts and
-# over every cut (5000 tables x 1024 ranks: 8 s of floors priced twice). The candidate is held
-# beside its costs, so its id cannot be reused while the entry lives.
-_floors: tuple = (None, None, {})
-
-
 def _floor_costs(workload, cost_model, cand: Candidate) -> list[ShardCost]:
-    global _floors
-    if _floors[0] is not workload or _floors[1] is not cost_model:
-        _floors = (workload, cost_model, {})
-    memo = _floors[2]
+    """The candidate's floor costs, once per plan: a search asks for the bound over the offered
+    cuts and over every cut (5000 tables x 1024 ranks: 8 s of floors priced twice). Kept with the
+    plan's other shared work on the model (the candidate beside its costs, so its id cannot be
+    reused while the entry lives), not in a module global, which kept the last plan's whole search
+    (640 MB at 800 tables x 4096 ranks) alive in a planner plugin's training process."""
+    memo = shared(cost_model, workload, ("floors",), dict)
     hit = memo.get(id(cand))
     if hit is None or hit[0] is not cand:
         hit = memo[id(cand)] = (cand, costs_of(workload, cost_model, cand, floor=True))

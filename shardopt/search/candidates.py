@@ -105,6 +105,12 @@ def _even_row_pieces(rows: int, dim: int, parts: int) -> tuple[Piece, ...]:
     return tuple(map(tuple.__new__, repeat(Piece), fields))
 
 
+def release_pieces() -> None:
+    """Forget the row-wise pieces kept for tables of one shape once a plan is made: at 800 tables x
+    4096 ranks they are 470 MB that a planner plugin's training process would otherwise keep."""
+    _even_row_pieces.cache_clear()
+
+
 def _col_pieces(table: Table, parts: int) -> tuple[Piece, ...]:
     pieces, offset = [], 0
     for cols in split_evenly(table.embedding_dim, parts, unit=4):

@@ -169,3 +169,28 @@ def test_at_a_thousand_ranks_a_table_too_heavy_for_any_rank_is_cut_within_its_ho
     assert {(tp.sharding_type, len(tp.shards)) for tp in result.tables if tp.name.startswith("big")} \
         == {("table_row_wise", 8)}
     assert Breakdown.of(model.breakdown(wl, result.tables)).step_ms < 1.2 * result.lower_bound_ms
+
+
+def test_a_plan_keeps_nothing_of_its_search_once_made():
+    """A planner plugin plans inside a training process: once a plan is made, its candidates,
+    costs, floors and row-wise pieces go with its cost model. A module-global memo of the bound's
+    floors and the row pieces' cache kept 640 MB of an 800 x 4096 plan's search alive after it."""
+    import gc
+    import weakref
+
+    from shardopt.costmodel.analytic import AnalyticCostModel
+    from shardopt.planner.factory import plan_with
+    from shardopt.search.candidates import _even_row_pieces
+
+    tables = [{"name": f"t{i}", "num_embeddings": 200_000 + 10_000 * i, "embedding_dim": 64,
+               "pooling_factor": 5.0 + 20 * i} for i in range(6)]
+    wl = workload_from_dict({"version": 1, "name": "kept", "batch_size": 512, "tables": tables, "topology": {
+        "world_size": 16, "local_world_size": 8, "compute_device": "cuda", "hardware": "h200", "hbm_cap": "80GB"}})
+    model = AnalyticCostModel()
+    held = weakref.ref(model)
+    plan = plan_with(wl, cost_model=model)
+    assert plan.tables
+    del model
+    gc.collect()
+    assert held() is None
+    assert _even_row_pieces.cache_info().currsize == 0
