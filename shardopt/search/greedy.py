@@ -227,14 +227,14 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
         peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in distinct]
         own = share[0]
         within = [i for i, peak in enumerate(peaks)
-                  if (_forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms + FIT_SLACK * own).all()]
+                  if (_forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms).all()]
         if within:
             return min(within, key=lambda i: (pieces_total(per_candidate[i]), i))
         target_ms = float(target_ms.sum())
     own = share[1]
     forced = [_forced_ms(pieces_max(pieces), target_ms, bool(fixed and fixed[i]), own)
               for i, pieces in enumerate(per_candidate)]
-    fitting = [i for i, load in enumerate(forced) if load <= target_ms + FIT_SLACK * own]
+    fitting = [i for i, load in enumerate(forced) if load <= target_ms]
     if not fitting:
         return min(range(len(per_candidate)), key=lambda i: (forced[i], i))
     # The least split that fits; but a replica on every rank (data-parallel) fits by its piece
@@ -260,7 +260,7 @@ def _forced_ms(peak, target, fixed: bool, own):
     the table's share of the target). At 4096 ranks, a row-wise piece sends the whole table's
     partial sums and a replica all-reduces the whole table, on every rank: taken for their small
     pieces, two such tables set 80 ms where 8-way cuts within a host give 50."""
-    return peak + target - own if fixed else np.maximum(peak, target)
+    return peak + target - own * (1 + FIT_SLACK) if fixed else np.maximum(peak, target)
 
 
 def _place(
