@@ -12,7 +12,8 @@ Every field has one fate, never a silent drop:
   cost terms do not separate from the lookup);
 - or shardopt cannot honour it and refuses it with the table's name (``num_poolings`` other than
   one per feature, ``batch_sizes`` other than the planner's, ``device_group`` other than the
-  topology's device, ``use_virtual_table``, key-value kernels).
+  topology's device, ``use_virtual_table``, key-value kernels, ``grid_shard`` alone: among other
+  sharding types it is left out, as a kernel shardopt does not plan is).
 """
 
 from __future__ import annotations
@@ -70,9 +71,13 @@ def table_rules(constraint, sharder, device: str, batch_size: int, where: str) -
         wanted = [str(t) for t in constraint.sharding_types]
         allowed = [t for t in known_types if t in wanted]
         if not allowed:
+            unplanned = [t for t in wanted if t not in SHARDING_TYPES]
             raise StrictConstraints(
-                f"{where}: constraints sharding_types {wanted} leave none its sharder runs on {device}"
-                f" ({', '.join(types) or 'none'})")
+                f"{where}: constraints sharding_types {wanted} leave none that shardopt plans and its sharder"
+                f" runs on {device} ({', '.join(t for t in types if t in SHARDING_TYPES) or 'none'})"
+                + (f"; shardopt does not plan {', '.join(unplanned)}" if unplanned else "")
+                + ("" if "grid_shard" not in unplanned else
+                   " (for a table cut over a host's ranks allow table_row_wise; over columns, column_wise)"))
     else:
         allowed = known_types
     if not allowed:

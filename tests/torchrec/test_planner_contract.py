@@ -215,6 +215,7 @@ def test_declared_bandwidths_change_the_prediction():
     (ParameterConstraints(batch_sizes=[7]), "batch_sizes"),
     (ParameterConstraints(device_group="cpu"), "device_group"),
     (ParameterConstraints(compute_kernels=["key_value"]), "key_value"),
+    (ParameterConstraints(sharding_types=["grid_shard"]), "does not plan grid_shard"),
 ])
 def test_what_shardopt_cannot_honour_is_refused_naming_the_table(constraint, words):
     planner = ShardoptPlanner(topology=Topology(world_size=2, compute_device="cuda"), batch_size=16,
