@@ -2,13 +2,14 @@
 
 Each table starts at its least-split candidate whose largest piece is no heavier than a balanced
 rank's share (else the cut that overshoots it least; a piece on every rank counts on top of that
-share, since every rank pays it); pieces then go, heaviest first, onto the least-loaded rank with
-room (longest processing time first). A table whose piece fits nowhere is cut finer and the
-placement restarts; a final pass moves pieces off the bottleneck rank while that lowers it. Under
-the critical-path objective one more plan starts from a target per phase (a table whose lookups
-alone outweigh a balanced rank's is cut although traffic dominates its total), and the best plan's
-phases are then balanced by moves and swaps (``balance.py``): at 1000 tables x 128 ranks, where the
-greedy is the answer, the step fell from 17.5 to 13.7 ms.
+share, since every rank pays it, and such pieces add up: ``stacked.py``); pieces then go, heaviest
+first, onto the least-loaded rank with room (longest processing time first). A table whose piece
+fits nowhere is cut finer and the placement restarts; a final pass moves pieces off the bottleneck
+rank while that lowers it. Under the critical-path objective one more plan starts from a target
+per phase (a table whose lookups alone outweigh a balanced rank's is cut although traffic
+dominates its total), and the best plan's phases are then balanced by moves and swaps
+(``balance.py``): at 1000 tables x 128 ranks, where the greedy is the answer, the step fell from
+17.5 to 13.7 ms.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.hosts import place_host_bound, roomiest, take
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
+from shardopt.search.stacked import fixed_barred as _fixed_barred, forced_ms as _forced_ms, phase_share as _phase_share
+from shardopt.search.stacked import unstacked
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
 from shardopt.core.workload import Workload
 
@@ -39,7 +42,6 @@ _MAX_MOVES = 10_000
 # each multiple yields a plan and the one the cost model rates best is kept.
 TARGETS = (1.0, 1.5, float("inf"))
 BALANCE_MOVES_PER_RANK = 4  # balance_phases' budget, in moves or swaps
-FIT_SLACK = 0.01  # of a table's share: a row-wise cut's pieces differ by a row, its mean is its share
 
 
 @dataclass
@@ -179,9 +181,10 @@ class GreedySearch:
     def _place_at(workload, cost_model, candidates, costs, target_ms, shares) -> tuple[TablePlan, ...]:
         failure: Unplaceable | None = None
         for order in ("cost", "memory"):
-            choice = {name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]],
-                                            [c.placement == "fixed" for c in candidates[name]], shares[name])
-                      for name in candidates}
+            choice = unstacked({
+                name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]],
+                                      [c.placement == "fixed" for c in candidates[name]], shares[name])
+                for name in candidates}, candidates, costs, target_ms, shares)
             while True:
                 try:
                     return _place(workload, cost_model, candidates, costs, choice, order)
@@ -192,21 +195,6 @@ class GreedySearch:
                     choice[exc.table] += 1
         assert failure is not None
         raise failure
-
-
-def _fixed_barred(candidates, costs, plan: Sequence[TablePlan]):
-    """(candidates, costs) without the fixed cuts ``plan`` took where a table has other cuts;
-    None where it took none."""
-    taken = {tp.name: (tp.sharding_type, len(tp.shards), tp.compute_kernel, tp.replicated_rows) for tp in plan}
-    kept_c, kept_k, barred = dict(candidates), dict(costs), False
-    for name, cands in candidates.items():
-        fixed = [c.placement == "fixed" and taken.get(name) == (c.sharding_type, len(c.pieces), c.compute_kernel,
-                                                                c.replicated_rows) for c in cands]
-        if any(fixed) and not all(c.placement == "fixed" for c in cands):
-            kept_c[name] = [c for c, f in zip(cands, fixed) if not f]
-            kept_k[name] = [k for k, f in zip(costs[name], fixed) if not f]
-            barred = True
-    return (kept_c, kept_k) if barred else None
 
 
 def _phase_means(cheapest: Sequence[Sequence[ShardCost]], world: int) -> np.ndarray:
@@ -245,22 +233,6 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
         if cheaper:
             return cheaper[0]
     return first
-
-
-def _phase_share(pieces: Sequence[ShardCost], world: int) -> np.ndarray:
-    """A cut's milliseconds per phase over ``world`` ranks (pieces of one shape share an object)."""
-    counts = Counter(map(id, pieces))
-    return sum(counts[id(p)] * np.array(rank_phases(p)) for p in {id(p): p for p in pieces}.values()) / world
-
-
-def _forced_ms(peak, target, fixed: bool, own):
-    """The load a cut forces on some rank of a balanced plan: a free or host-bound piece sets its
-    rank's where it outweighs the target; a fixed cut's piece (row-wise over every rank, a
-    replica) comes on top of the load of ranks that hold their share of everything else (``own``:
-    the table's share of the target). At 4096 ranks, a row-wise piece sends the whole table's
-    partial sums and a replica all-reduces the whole table, on every rank: taken for their small
-    pieces, two such tables set 80 ms where 8-way cuts within a host give 50."""
-    return peak + target - own * (1 + FIT_SLACK) if fixed else np.maximum(peak, target)
 
 
 def _place(
