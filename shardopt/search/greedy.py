@@ -31,8 +31,7 @@ from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.hosts import place_host_bound, roomiest, take
 from shardopt.search.rules import RankGuard, same_piece_counts
 from shardopt.search.shared import shared
-from shardopt.search.stacked import fixed_barred as _fixed_barred, forced_ms as _forced_ms, phase_share as _phase_share
-from shardopt.search.stacked import unstacked
+from shardopt.search.stacked import fixed_barred, forced_ms, phase_share, unstacked
 from shardopt.contracts import CRITICAL_PATH, DEFAULT_CANDIDATES, PHASES, Objective, SearchResult, rank_phases
 from shardopt.core.workload import Workload
 
@@ -123,13 +122,13 @@ class GreedySearch:
         cheapest = {name: min(range(len(t)), key=t.__getitem__) for name, t in totals.items()}
         average = sum(totals[name][i] for name, i in cheapest.items()) / world
         # Each table's share of a balanced rank (its cheapest cut over every rank), per phase and in all.
-        shares = {name: (_phase_share(costs[name][i], world), totals[name][i] / world) for name, i in cheapest.items()}
+        shares = {name: (phase_share(costs[name][i], world), totals[name][i] / world) for name, i in cheapest.items()}
         targets: list = [average * scale for scale in self.targets]
         steps = self.balance and self.objective.name == CRITICAL_PATH.name
         if steps:
             targets.append(_phase_means([costs[name][i] for name, i in cheapest.items()], world))
         best, failure = self._best_of(workload, cost_model, candidates, costs, targets, shares, None)
-        barred = _fixed_barred(candidates, costs, best[1]) if best is not None else None
+        barred = fixed_barred(candidates, costs, best[1]) if best is not None else None
         if barred is not None:
             # A cut on every rank (row-wise over the world, a replica) adds its piece to the
             # slowest rank too, which the start's guess of a balanced rank cannot see; the plans
@@ -204,7 +203,7 @@ def _phase_means(cheapest: Sequence[Sequence[ShardCost]], world: int) -> np.ndar
 
 def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kinds: Sequence[str] = (),
                     fixed: Sequence[bool] = (), share: tuple = (0.0, 0.0)) -> int:
-    """The least-split candidate that keeps every rank within ``target_ms`` (:func:`_forced_ms`),
+    """The least-split candidate that keeps every rank within ``target_ms`` (``forced_ms``),
     else the one that overshoots it least; with a target per phase, first the cheapest candidate
     whose pieces are each within every phase's target (a table whose lookups alone outweigh a
     balanced rank's is cut although traffic dominates its total). ``share``: the table's share of a
@@ -215,12 +214,12 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
         peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in distinct]
         own = share[0]
         within = [i for i, peak in enumerate(peaks)
-                  if (_forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms).all()]
+                  if (forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms).all()]
         if within:
             return min(within, key=lambda i: (pieces_total(per_candidate[i]), i))
         target_ms = float(target_ms.sum())
     own = share[1]
-    forced = [_forced_ms(pieces_max(pieces), target_ms, bool(fixed and fixed[i]), own)
+    forced = [forced_ms(pieces_max(pieces), target_ms, bool(fixed and fixed[i]), own)
               for i, pieces in enumerate(per_candidate)]
     fitting = [i for i, load in enumerate(forced) if load <= target_ms]
     if not fitting:

@@ -13,7 +13,8 @@ from shardopt.core.workload import workload_from_dict
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import ShardCost
 from shardopt.search.candidates import Candidate, Piece
-from shardopt.search.greedy import GreedySearch, _fixed_barred, _initial_choice
+from shardopt.search.greedy import GreedySearch, _initial_choice
+from shardopt.search.stacked import fixed_barred
 
 
 def _cost(ms: float) -> ShardCost:
@@ -78,10 +79,10 @@ def test_only_the_fixed_cuts_a_plan_took_are_barred():
             TablePlan(name="b", sharding_type="table_wise", shards=(Shard(rank=0, offsets=(0, 0), sizes=(8, 4)),)),
             TablePlan(name="c", sharding_type="data_parallel", compute_kernel="dense", shards=tuple(
                 Shard(rank=r, offsets=(0, 0), sizes=(8, 4)) for r in range(4))))
-    kept, kept_costs = _fixed_barred(candidates, costs, plan)
+    kept, kept_costs = fixed_barred(candidates, costs, plan)
     assert [c.sharding_type for c in kept["a"]] == ["table_wise"] and len(kept_costs["a"]) == 1
     assert kept["b"] == b and kept["c"] == only  # not taken; nothing else allowed
-    assert _fixed_barred(candidates, costs, plan[1:]) is None
+    assert fixed_barred(candidates, costs, plan[1:]) is None
 
 
 def test_at_a_thousand_ranks_a_hot_table_is_cut_within_a_host_not_over_every_rank():
