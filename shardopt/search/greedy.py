@@ -179,11 +179,12 @@ class GreedySearch:
     @staticmethod
     def _place_at(workload, cost_model, candidates, costs, target_ms, shares) -> tuple[TablePlan, ...]:
         failure: Unplaceable | None = None
+        start = unstacked({
+            name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]],
+                                  [c.placement == "fixed" for c in candidates[name]], shares[name])
+            for name in candidates}, candidates, costs, target_ms, shares)
         for order in ("cost", "memory"):
-            choice = unstacked({
-                name: _initial_choice(costs[name], target_ms, [c.sharding_type for c in candidates[name]],
-                                      [c.placement == "fixed" for c in candidates[name]], shares[name])
-                for name in candidates}, candidates, costs, target_ms, shares)
+            choice = dict(start)  # each order escalates from the same first cuts
             while True:
                 try:
                     return _place(workload, cost_model, candidates, costs, choice, order)
