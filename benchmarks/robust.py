@@ -18,6 +18,8 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
   by it, and each table it may replicate measured as a replica: :mod:`shardopt.measure.alone`), its
   analytic part, ``--robust`` auto (off: measured here) / on; ``probe-fused``: that model without
   its replicas' factors (replicas priced by the model alone);
+- ``foreign-on`` / ``foreign-off``: with ``--foreign FILE``, a model fitted on another machine
+  (``benchmarks/models/cpu-avx2.json``), robust / nominal: wrong as a user's CPU finds the packaged one;
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
   task, S seconds, its analytic part (the task's own plans measured in the budget's last 35% and
   each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1000, help="held-out tasks' first seed (1000..)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calibrated", type=Path, help="a `shardopt calibrate` model file of this machine")
+    parser.add_argument("--foreign", type=Path, help="a model file fitted on another machine")
     parser.add_argument("--noise", type=float, default=0.3)
     parser.add_argument("--workload-budget", type=float, default=0.0)
     parser.add_argument("--probe", action="store_true", help="add probe and probe-on: calibrate --probe --workload")
@@ -137,6 +140,7 @@ def main() -> None:
         f"Command: `python benchmarks/robust.py --per-regime {args.per_regime} --rounds {args.rounds}"
         + (f" --first-seed {args.first_seed}" if args.first_seed != 1000 else "")
         + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
+        + (f" --foreign {args.foreign}" if args.foreign else "")
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
         + (" --probe" if args.probe else "")
         + (f" --only {args.only}" if args.only else "")
@@ -180,6 +184,10 @@ def _makers(args, w, packaged) -> dict:
     }
     if args.calibrated:
         makers["calibrated"] = lambda: plan_with(w, PlanConfig(cost_model=f"analytic@{args.calibrated}"))
+    if args.foreign:
+        for mode in ("on", "off"):
+            makers[f"foreign-{mode}"] = (lambda r=mode: plan_with(w, PlanConfig(cost_model=f"analytic@{args.foreign}",
+                                                                                 robust=r)))
     for name, model in (("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0)),
                         ("noise", TableNoise(packaged, args.noise))):
         for mode in ("off", "on"):

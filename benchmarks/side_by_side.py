@@ -71,21 +71,28 @@ def replay_regime_tasks(first_seed: int, per_regime: int, rounds: int,
     return tally
 
 
-def replay_new_against_old(first_seed: int, per_regime: int, rounds: int, switch: Callable[[str | None], None]) -> None:
+def replay_new_against_old(first_seed: int, per_regime: int, rounds: int, switch: Callable[[str | None], None],
+                           foreign: str | None = None) -> None:
     """Plans of the packaged model (the default path) and of its compute scaled x0.25 and x4 (deliberately
-    wrong models, robust search), each made with ``switch("new")`` and then ``switch("old")`` in force
-    (``switch(None)`` puts back what ships), replayed beside TorchRec's on each task; prints each
-    variant's tally and, per model, new over old over every task and over those whose plans differ."""
+    wrong models, robust search), with ``foreign`` also of that model file (one fitted on another
+    machine: wrong the way a user's machine finds the packaged model), each made with
+    ``switch("new")`` and then ``switch("old")`` in force (``switch(None)`` puts back what ships),
+    replayed beside TorchRec's on each task; prints each variant's tally and, per model, new over
+    old over every task and over those whose plans differ."""
     from robust import _scaled
 
     from shardopt.contracts import PlanConfig
+    from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.planner.factory import plan_with
 
     differ: dict[str, list[bool]] = {}
 
     def make_plans(w, packaged) -> dict:
         plans = {}
-        for name, model in (("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))):
+        models = [("default", None), ("x0.25", _scaled(packaged, 0.25)), ("x4", _scaled(packaged, 4.0))]
+        if foreign:
+            models.append(("foreign", resolve_cost_model(f"analytic@{foreign}", w)[0]))
+        for name, model in models:
             config = PlanConfig() if model is None else PlanConfig(robust="on")
             for label in ("new", "old"):
                 switch(label)
@@ -119,5 +126,7 @@ def new_against_old_main(make_switch: Callable[[argparse.Namespace], Callable[[s
     parser.add_argument("--first-seed", type=int, default=1000)
     parser.add_argument("--per-regime", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--foreign", help="also plan with this model file, one fitted on another machine"
+                        " (benchmarks/models/cpu-avx2.json), robust")
     args = parser.parse_args()
-    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, make_switch(args))
+    replay_new_against_old(args.first_seed, args.per_regime, args.rounds, make_switch(args), args.foreign)
