@@ -64,7 +64,10 @@ def _variant_maker(args):
 
     def variants(w, packaged):
         if args.mode == "passes":
-            return {"default": plan_with(w, PlanConfig())}
+            out = {"default": plan_with(w, PlanConfig())}
+            if args.foreign:
+                out["foreign"] = plan_with(w, PlanConfig(cost_model=f"analytic@{args.foreign}", robust="on"))
+            return out
         if args.mode in ("rank-error", "floor"):
             nominal = plan_with(w, PlanConfig(robust="off"), cost_model=packaged)
             extra = {"nominal-again": nominal, "row-wise": _rw_plan(w, nominal)} if args.mode == "floor" else {}
@@ -103,6 +106,8 @@ def main() -> None:
     parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: all)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calibrated", help="a `shardopt calibrate` model file (models)")
+    parser.add_argument("--foreign", help="passes: also a model file fitted on another machine, robust,"
+                        " its passes priced by it (benchmarks/models/cpu-avx2.json)")
     args = parser.parse_args()
 
     variants = _variant_maker(args)
@@ -125,7 +130,8 @@ def main() -> None:
             for name, plan in plans.items():
                 measured = np.array([r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]])
                 if args.mode == "passes":
-                    cells.append(f"{name}: " + _passes(w, packaged, plan, result.per_rank[name]))
+                    model = resolve_cost_model(f"analytic@{args.foreign}", w)[0] if name == "foreign" else packaged
+                    cells.append(f"{name}: " + _passes(w, model, plan, result.per_rank[name], spread.setdefault(name, [])))
                     continue
                 if args.mode == "rank-error" and name in ("nominal", "torchrec"):
                     cells.append(f"{name}: " + _rank_error(w, packaged, plan, measured, spread, uncertainty))
@@ -136,6 +142,11 @@ def main() -> None:
                     cells.append(f"{name}={ratio:.3f}/{measured.max() / measured.mean():.2f}")
             print(task.name, " ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
     if args.mode == "passes":
+        for name, rows in spread.items():
+            if name not in ("measured", "doubt"):
+                m = np.median(np.array(rows), axis=0)
+                print(f"{name} ({len(rows)} tasks), medians: error fwd x{m[0]:.2f} bwd x{m[1]:.2f}; slowest/mean"
+                      f" fwd {m[2]:.2f} (model {m[3]:.2f}) bwd {m[4]:.2f} (model {m[5]:.2f})")
         return
     if args.mode == "rank-error":
         rms = {k: math.sqrt(float(np.mean(np.square(v)))) for k, v in spread.items()}
@@ -163,12 +174,13 @@ def _rank_error(w, model, plan, measured, spread, uncertainty) -> str:
             f" doubt {math.sqrt(np.mean(doubt ** 2)):.3f} scale {math.exp(log_ratio.mean()):.2f}")
 
 
-def _passes(w, model, plan, ranks) -> str:
+def _passes(w, model, plan, ranks, rows: list) -> str:
     """Per pass: measured over predicted (all ranks), then slowest rank over the mean, both ways."""
     predicted = np.array([[r.fwd_compute_ms, r.bwd_compute_ms] for r in model.breakdown(w, plan.tables)])
     measured = np.array([[r.fwd_compute_ms, r.bwd_compute_ms] for r in ranks])
     error = measured.sum(axis=0) / predicted.sum(axis=0)
     slow_m, slow_p = measured.max(axis=0) / measured.mean(axis=0), predicted.max(axis=0) / predicted.mean(axis=0)
+    rows.append((error[0], error[1], slow_m[0], slow_p[0], slow_m[1], slow_p[1]))
     return (f"error fwd x{error[0]:.2f} bwd x{error[1]:.2f}, bwd share {measured[:, 1].sum() / measured.sum():.2f},"
             f" slowest/mean fwd {slow_m[0]:.2f} (model {slow_p[0]:.2f}) bwd {slow_m[1]:.2f} (model {slow_p[1]:.2f})")
 
