@@ -112,7 +112,7 @@ def main() -> None:
 
     variants = _variant_maker(args)
 
-    started, ratios, spread = time.perf_counter(), {}, {"measured": [], "doubt": []}
+    started, ratios, spread, passes = time.perf_counter(), {}, {"measured": [], "doubt": []}, {}
     for regime in args.regimes.split(","):
         for i in range(args.per_regime):
             task = regime_task(regime, args.seed + i)
@@ -131,7 +131,7 @@ def main() -> None:
                 measured = np.array([r.fwd_compute_ms + r.bwd_compute_ms for r in result.per_rank[name]])
                 if args.mode == "passes":
                     model = resolve_cost_model(f"analytic@{args.foreign}", w)[0] if name == "foreign" else packaged
-                    cells.append(f"{name}: " + _passes(w, model, plan, result.per_rank[name], spread.setdefault(name, [])))
+                    cells.append(f"{name}: " + _passes(w, model, plan, result.per_rank[name], passes.setdefault(name, [])))
                     continue
                 if args.mode == "rank-error" and name in ("nominal", "torchrec"):
                     cells.append(f"{name}: " + _rank_error(w, packaged, plan, measured, spread, uncertainty))
@@ -142,11 +142,10 @@ def main() -> None:
                     cells.append(f"{name}={ratio:.3f}/{measured.max() / measured.mean():.2f}")
             print(task.name, " ".join(cells), f"({time.perf_counter() - started:.0f} s)", flush=True)
     if args.mode == "passes":
-        for name, rows in spread.items():
-            if name not in ("measured", "doubt"):
-                m = np.median(np.array(rows), axis=0)
-                print(f"{name} ({len(rows)} tasks), medians: error fwd x{m[0]:.2f} bwd x{m[1]:.2f}; slowest/mean"
-                      f" fwd {m[2]:.2f} (model {m[3]:.2f}) bwd {m[4]:.2f} (model {m[5]:.2f})")
+        for name, rows in passes.items():
+            m = np.median(np.array(rows), axis=0)
+            print(f"{name} ({len(rows)} tasks), medians: error fwd x{m[0]:.2f} bwd x{m[1]:.2f}; slowest/mean"
+                  f" fwd {m[2]:.2f} (model {m[3]:.2f}) bwd {m[4]:.2f} (model {m[5]:.2f})")
         return
     if args.mode == "rank-error":
         rms = {k: math.sqrt(float(np.mean(np.square(v)))) for k, v in spread.items()}
