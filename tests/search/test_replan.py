@@ -110,6 +110,36 @@ def test_the_manifest_rebuilds_any_new_plan_from_any_old_one(old_world, new_worl
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(old_world=st.sampled_from([2, 3, 4]), new_world=st.sampled_from([2, 3, 4, 6]),
+       seeds=st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), grow=st.booleans(),
+       dims=st.sampled_from([(16, 32, 64, 16, 32, 64), (16, 32, 64, 16, 32, 32)]),
+       optimizer=st.sampled_from(["sgd", "rowwise_adagrad", "adagrad", "adam"]))
+def test_the_bytes_each_new_rank_keeps_as_each_old_one_are_its_pieces_overlaps_summed(
+        old_world, new_world, seeds, grow, dims, optimizer):
+    """The relabelling's matrix, overlapped as arrays, is the sum over every pair of pieces of
+    their overlap's bytes (a grown table keeps its old rows; one of another width keeps nothing)."""
+    from shardopt.arithmetic.movement import overlap, rect_bytes, rects_of, retained_matrix
+
+    old_wl = workload(old_world, optimizer=optimizer)
+    new_wl = workload(new_world, rows=(3000, 2000, 7000 if grow else 5000, 800, 1200, 4000), dims=dims,
+                      optimizer=optimizer)
+    try:
+        old, new = sampled(old_wl, seeds[0]), sampled(new_wl, seeds[1])
+    except ShardoptError:
+        return  # no random plan fit
+    layout = OldLayout.of(old)
+    expected = [[0] * new_world for _ in range(old_world)]
+    for tp in new.tables:
+        table = new_wl.table(tp.name)
+        if table.embedding_dim != old_wl.table(tp.name).embedding_dim:
+            continue
+        for rank, rect in rects_of(tp):
+            for src, held in layout.pieces[tp.name].items():
+                expected[src][rank] += sum(rect_bytes(new_wl, table, overlap(rect, h)) for h in held)
+    assert retained_matrix(new_wl, layout, new.tables).tolist() == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=st.sampled_from([2, 3, 4, 6]), seed=st.integers(0, 10_000),
        rect=st.tuples(st.integers(0, 5000), st.integers(0, 64), st.integers(1, 5000), st.integers(1, 64)))
 def test_the_old_pieces_a_piece_overlaps_are_every_one_it_overlaps_by_rank(world, seed, rect):
