@@ -220,11 +220,19 @@ def disjoint(boxes: np.ndarray, most: int = 4096) -> bool:
     return True
 
 
+def overlap_sizes(r, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns ``r`` (a :data:`Rect`, or an array whose last axis is one) shares with each
+    row of ``boxes``, broadcast; not above 0 where they do not overlap: :func:`overlap` over arrays."""
+    r = np.asarray(r)
+    rows = np.minimum(r[..., 0] + r[..., 2], boxes[:, 0] + boxes[:, 2]) - np.maximum(r[..., 0], boxes[:, 0])
+    cols = np.minimum(r[..., 1] + r[..., 3], boxes[:, 1] + boxes[:, 3]) - np.maximum(r[..., 1], boxes[:, 1])
+    return rows, cols
+
+
 def overlapping_rows(boxes: np.ndarray, r: Rect) -> np.ndarray:
-    """Indices of the rectangles (rows of ``boxes``, as :data:`Rect`) that overlap ``r``: :func:`overlap`
-    over an array."""
-    return np.flatnonzero((boxes[:, 0] < r[0] + r[2]) & (boxes[:, 0] + boxes[:, 2] > r[0])
-                          & (boxes[:, 1] < r[1] + r[3]) & (boxes[:, 1] + boxes[:, 3] > r[1]))
+    """Indices of the rectangles (rows of ``boxes``, as :data:`Rect`) that overlap ``r``."""
+    rows, cols = overlap_sizes(r, boxes)
+    return np.flatnonzero((rows > 0) & (cols > 0))
 
 
 def piece_moves(workload: Workload, layout: OldLayout, table: Table, rect: Rect, old_rank: int | None) -> tuple[int, int]:
@@ -265,9 +273,7 @@ def retained_matrix(workload: Workload, layout: OldLayout, tables: Sequence[Tabl
         rects = np.array([rect for _, rect in placed], dtype=np.int64).reshape(-1, 4)
         step = max(1, OVERLAP_CHUNK // len(boxes))
         for start in range(0, len(rects), step):
-            r = rects[start:start + step, None, :]
-            rows = np.minimum(r[..., 0] + r[..., 2], boxes[:, 0] + boxes[:, 2]) - np.maximum(r[..., 0], boxes[:, 0])
-            cols = np.minimum(r[..., 1] + r[..., 3], boxes[:, 1] + boxes[:, 3]) - np.maximum(r[..., 1], boxes[:, 1])
+            rows, cols = overlap_sizes(rects[start:start + step, None, :], boxes)
             new, old = np.nonzero((rows > 0) & (cols > 0))
             held = shard_bytes(workload.optimizer, table, rows[new, old], cols[new, old])
             np.add.at(kept, (owners[old], new_ranks[start + new]), held.astype(np.float64))
