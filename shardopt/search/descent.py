@@ -31,7 +31,7 @@ class _Pieces:
     """Every piece with its phases, memory, where it may go and what moving it costs per rank."""
 
     def __init__(self, workload: Workload, cost_model: CostModel, tables: Sequence[TablePlan],
-                 shard_bytes: Callable[[str, Shard, int], int]) -> None:
+                 shard_bytes: Callable[[str, Shard], np.ndarray]) -> None:
         topo = workload.topology
         world = topo.world_size
         self.plan = [list(tp.shards) for tp in tables]
@@ -50,7 +50,7 @@ class _Pieces:
                 allowed = np.ones(world, dtype=bool)
                 if where == "host":
                     allowed[:] = [topo.host_of(r) == topo.host_of(shard.rank) for r in range(world)]
-                cost = np.array([shard_bytes(tp.name, shard, r) for r in range(world)], dtype=np.float64)
+                cost = shard_bytes(tp.name, shard)
                 self.items.append((ti, si, phases, size, allowed, cost))
 
 
@@ -78,10 +78,11 @@ def _scores(load: np.ndarray, totals: np.ndarray, spread: float, src: int, phase
 
 
 def budget_descent(workload: Workload, cost_model: CostModel, tables: Sequence[TablePlan], objective: Objective,
-                   shard_bytes: Callable[[str, Shard, int], int], budget: int, trials: int = 200_000,
+                   shard_bytes: Callable[[str, Shard], np.ndarray], budget: int, trials: int = 200_000,
                    max_moves: int | None = None) -> tuple[TablePlan, ...]:
     """``tables`` with pieces moved, at most ``budget`` more bytes in all (see the module);
-    ``max_moves`` caps the moves (for tests that follow it step by step)."""
+    ``shard_bytes(table, shard)``: the bytes the piece would cost on each rank; ``max_moves`` caps
+    the moves (for tests that follow it step by step)."""
     state = _Pieces(workload, cost_model, tables, shard_bytes)
     critical = objective.name == "critical-path"
     cap = np.array(workload.topology.rank_caps, dtype=np.int64)

@@ -20,7 +20,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from shardopt.arithmetic.memory import shard_memory
-from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes
+from shardopt.arithmetic.movement import OldLayout, moved_bytes, piece_move_bytes, rank_move_bytes
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.contracts import (
     CRITICAL_PATH, DEFAULT_CANDIDATES, DEFAULT_TIME_LIMIT_S, Breakdown, Objective, SearchResult, ShardSpec,
@@ -108,6 +108,15 @@ class BudgetedSearch:
 
         return rect_bytes
 
+    def _rank_bytes(self, workload: Workload):
+        new_of = {old: new for new, old in self.old_of.items()}
+
+        def rank_bytes(name: str, shard: Shard) -> np.ndarray:
+            """Bytes arriving for ``shard`` of table ``name`` on each new rank."""
+            return rank_move_bytes(workload, self.old, workload.table(name), (*shard.offsets, *shard.sizes), new_of)
+
+        return rank_bytes
+
     def _model(self, workload: Workload, cost_model: CostModel, candidates, costs, rect_bytes, budget: bool) -> IlpModel:
         def piece_bytes(name: str, cand: Candidate, p: int, rank: int) -> int:
             piece = cand.pieces[p]
@@ -180,12 +189,12 @@ class BudgetedSearch:
                                       self.homeless, self.fresh))
         starts.append(reverted(workload, cost_model, self.fresh, self.staying, self.homeless, self.objective,
                                lambda tp: sum(shard_bytes(tp.name, s, s.rank) for s in tp.shards), self.max_bytes))
-        out = []
+        out, rank_bytes = [], self._rank_bytes(workload)
         for start in starts:
             spare = self.max_bytes - self._moved(workload, start)
             if spare < 0:
                 continue
-            fixed = budget_descent(workload, cost_model, start, self.objective, shard_bytes, spare,
+            fixed = budget_descent(workload, cost_model, start, self.objective, rank_bytes, spare,
                                    trials=int(DESCENT_TRIALS_PER_S * self.time_limit_s))
             out.append(fixed if self._moved(workload, fixed) <= self.max_bytes else start)
         return sorted(out, key=lambda t: Breakdown.of(cost_model.breakdown(workload, t)).score(self.objective))

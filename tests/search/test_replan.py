@@ -229,7 +229,7 @@ def test_a_broken_old_plan_is_named():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), new_world=st.sampled_from([3, 4, 6]), share=st.floats(0.0, 1.0))
 def test_the_descent_spends_no_more_than_its_budget_and_never_lengthens_the_step(seed, new_world, share):
-    from shardopt.arithmetic.movement import piece_move_bytes
+    from shardopt.arithmetic.movement import piece_move_bytes, rank_move_bytes
     from shardopt.contracts import CRITICAL_PATH
     from shardopt.search.descent import budget_descent
 
@@ -240,8 +240,8 @@ def test_the_descent_spends_no_more_than_its_budget_and_never_lengthens_the_step
     start = tuple(old.tables)  # the old plan as it stands on the first two ranks of the new world
     model = AnalyticCostModel()
 
-    def shard_bytes(name, shard, rank):
-        return piece_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), old_of.get(rank))
+    def shard_bytes(name, shard):
+        return rank_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), {0: 0, 1: 1})
 
     total = sum(piece_move_bytes(new_wl, layout, t, (0, 0, t.num_embeddings, t.embedding_dim), None)
                 for t in new_wl.tables)
@@ -266,7 +266,7 @@ def test_the_descent_spends_no_more_than_its_budget_and_never_lengthens_the_step
 
 
 def test_the_descent_fills_new_ranks_with_the_most_step_per_byte():
-    from shardopt.arithmetic.movement import piece_move_bytes
+    from shardopt.arithmetic.movement import rank_move_bytes
     from shardopt.contracts import CRITICAL_PATH, Breakdown
     from shardopt.search.descent import budget_descent
 
@@ -274,8 +274,8 @@ def test_the_descent_fills_new_ranks_with_the_most_step_per_byte():
     old = tw_plan(old_wl, [0, 1, 0, 1, 0, 1])
     layout = OldLayout.of(old)
 
-    def shard_bytes(name, shard, rank):
-        return piece_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), {0: 0, 1: 1}.get(rank))
+    def shard_bytes(name, shard):
+        return rank_move_bytes(new_wl, layout, new_wl.table(name), (*shard.offsets, *shard.sizes), {0: 0, 1: 1})
 
     model = AnalyticCostModel()
     step = lambda tables: Breakdown.of(model.breakdown(new_wl, tables)).step_ms  # noqa: E731
@@ -284,6 +284,38 @@ def test_the_descent_fills_new_ranks_with_the_most_step_per_byte():
     assert none == old.tables  # nothing is free to move
     assert {s.rank for tp in some for s in tp.shards} == {0, 1, 2, 3}
     assert step(some) < step(old.tables)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(old_world=st.sampled_from([2, 3, 4]), new_world=st.sampled_from([2, 3, 4, 6]),
+       seeds=st.tuples(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 10_000)),
+       grow=st.booleans(), lost=st.booleans(),
+       optimizer=st.sampled_from(["sgd", "rowwise_adagrad", "adam"]))
+def test_a_pieces_bytes_on_every_rank_at_once_are_its_bytes_rank_by_rank(
+        old_world, new_world, seeds, grow, lost, optimizer):
+    """The descent's vector of a piece's bytes per new rank is, rank by rank, what arrives for it
+    there: under any relabelling of the survivors (a lost rank sends nothing), grown rows too."""
+    import numpy as np
+
+    from shardopt.arithmetic.movement import piece_move_bytes, rank_move_bytes, rects_of
+
+    old_wl = workload(old_world, optimizer=optimizer)
+    new_wl = workload(new_world, rows=(3000, 2000, 7000 if grow else 5000, 800, 1200, 4000), optimizer=optimizer)
+    try:
+        old, new = sampled(old_wl, seeds[0]), sampled(new_wl, seeds[1])
+    except ShardoptError:
+        return  # no random plan fit
+    rng = np.random.default_rng(seeds[2])
+    dead = {int(rng.integers(old_world))} if lost else set()
+    survivors = [int(r) for r in rng.permutation(old_world) if r not in dead][:new_world]
+    new_ranks = rng.permutation(new_world)[:len(survivors)]
+    old_of = {int(n): o for n, o in zip(new_ranks, survivors)}
+    layout = OldLayout.of(old, lost=dead)
+    for tp in new.tables:
+        table = new_wl.table(tp.name)
+        for _, rect in rects_of(tp):
+            each = [piece_move_bytes(new_wl, layout, table, rect, old_of.get(r)) for r in range(new_world)]
+            assert rank_move_bytes(new_wl, layout, table, rect, {o: n for n, o in old_of.items()}).tolist() == each
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
