@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from shardopt.costmodel.base import CostModel, ShardCost, slowed
-from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
-from shardopt.costmodel.provenance import FittedRange, Provenance, calibration_provenance
-from shardopt.costmodel.table_factors import TableFactor, factor_of, priced_text
+from shardopt.costmodel.comm_curve import CommCurves
+from shardopt.costmodel.constants import Calibration, KernelConstants  # noqa: F401 (Calibration: its old home)
+from shardopt.costmodel.provenance import Provenance, calibration_provenance
+from shardopt.costmodel.table_factors import factor_of, priced_text
 from shardopt.costmodel.terms import ShardBasis, cache_times, hardware_coefficients, kernel_cache, terms_in_cache
 from shardopt.core.hardware import Hardware, hardware_for
 from shardopt.arithmetic.exact import dot, settled
@@ -29,29 +29,6 @@ from shardopt.core.plan import RankBreakdown, TablePlan
 from shardopt.core.workload import Workload
 
 GB = 1e9
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Coefficients fitted to a profile: seconds per unit of each term, per-kernel overheads,
-    and all-to-all alpha (seconds per collective) and beta (seconds per byte) per world size."""
-
-    hardware: str
-    fwd: tuple[float, ...]
-    bwd: tuple[float, ...]
-    fwd_kernel_s: float
-    bwd_kernel_s: float
-    comm: dict[int, tuple[float, float]]
-    trained_on: dict
-    # The measured all-to-all curves themselves: a rank's whole-plan comm is read off them (the
-    # alpha + beta line above is the additive estimate a search uses per shard).
-    comm_curves: CommCurves | None = None
-    # The last-level cache a rank keeps, fitted with the constants (None: the hardware profile's).
-    llc_bytes: int | None = None
-    # The per-table shapes the constants were fitted on (None: unknown, as in older files).
-    fitted: FittedRange | None = None
-    # Per-table corrections fitted to one workload's measured ranks (calibrate --workload).
-    table_factors: tuple[TableFactor, ...] = ()
 
 
 class AnalyticCostModel(CostModel):
@@ -71,7 +48,7 @@ class AnalyticCostModel(CostModel):
         self._hw_cache: tuple[object, Hardware] | None = None
         self._overhead_cache: tuple[object, dict] = (None, {})
         self._cache_cache: tuple[Workload, tuple[tuple[float, float], float]] | None = None
-        self._coef_cache: tuple[Hardware, tuple[np.ndarray, np.ndarray]] | None = None
+        self._coef_cache: tuple[Hardware, dict[bool, tuple[np.ndarray, np.ndarray]]] | None = None
         self.name = "analytic-v0" if calibration is None else f"analytic-calibrated-{calibration.hardware}"
 
     def provenance(self, workload: Workload) -> Provenance:
@@ -93,14 +70,16 @@ class AnalyticCostModel(CostModel):
                                                             self.calibration))
         return self._hw_cache[1]
 
-    def _coefficients(self, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
+    def _coefficients(self, hw: Hardware, dense: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) seconds per term of the fused kernel, or (``dense``) of replicas'."""
         if self._coef_cache is None or self._coef_cache[0] is not hw:
             if self.calibration is not None:
-                coef = np.array(self.calibration.fwd), np.array(self.calibration.bwd)
+                fused, replicas = (self.calibration.kernel_constants(d) for d in (False, True))
+                coef = {d: (np.array(k.fwd), np.array(k.bwd)) for d, k in ((False, fused), (True, replicas))}
             else:
-                coef = hardware_coefficients(hw)
+                coef = dict.fromkeys((False, True), hardware_coefficients(hw))
             self._coef_cache = (hw, coef)
-        return self._coef_cache[1]
+        return self._coef_cache[1][dense]
 
     # -- one shard -------------------------------------------------------------------------------
     floor_below_cost = True  # a rank's shards share its caches
@@ -139,7 +118,7 @@ class AnalyticCostModel(CostModel):
     def _shard_cost(self, workload, hw, spec: ShardSpec, cache) -> ShardCost:
         basis, (f_fwd, f_bwd), (fwd_comm_s, bwd_comm_s), memory = self._basis(workload, hw, spec)
         fwd_terms, bwd_terms = terms_in_cache(hw, basis, cache[0], cache[1])
-        fwd_coef, bwd_coef = self._coefficients(hw)
+        fwd_coef, bwd_coef = self._coefficients(hw, spec.compute_kernel == "dense")
         return ShardCost(settled(dot(fwd_terms, fwd_coef) * 1e3 * f_fwd), settled(dot(bwd_terms, bwd_coef) * 1e3 * f_bwd),
                          fwd_comm_s * 1e3, bwd_comm_s * 1e3, memory.hbm_bytes, memory.ddr_bytes)
 
@@ -298,20 +277,21 @@ class AnalyticCostModel(CostModel):
         hw = self.hardware(workload)
         world = workload.topology.world_size
         # Data-parallel replicas pool the local batch: a kernel of their own, as in TorchRec.
-        kernels = int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types)
+        sharded = bool(sharding_types - {"data_parallel"})
+        calls = [d for d, held in ((False, sharded), (True, "data_parallel" in sharding_types)) if held]
         if self.calibration is not None:
-            fwd_k, bwd_k = self.calibration.fwd_kernel_s, self.calibration.bwd_kernel_s
+            constants = [self.calibration.kernel_constants(d) for d in calls]
+            fwd_k, bwd_k = sum(k.fwd_kernel_s for k in constants), sum(k.bwd_kernel_s for k in constants)
             fitted = self.comm_choice(workload).fitted
         else:
-            fwd_k = bwd_k = hw.kernel_us * 1e-6
+            fwd_k = bwd_k = len(calls) * hw.kernel_us * 1e-6
             fitted = None
         # A fitted latency was measured at this world size; a profile's grows with the peers.
         lat = (hw.comm_latency_us + hw.a2a_peer_us * (world - 1)) * 1e-6 if fitted is None else fitted[0]
         lat = lat if world > 1 else 0.0
-        sharded = bool(sharding_types - {"data_parallel"})
         fwd_comm = 2 * lat if sharded else 0.0  # ids out, pooled embeddings back
         bwd_comm = (lat if sharded else 0.0) + (2 * lat if "data_parallel" in sharding_types else 0.0)
-        return kernels * fwd_k, kernels * bwd_k, fwd_comm, bwd_comm
+        return fwd_k, bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
     def rank_breakdown(self, workload: Workload, tables: Sequence[TablePlan], rank: int) -> RankBreakdown:

@@ -5,6 +5,7 @@ sum of its shards' terms times per-term constants. Rows are divided by the time 
 predicted: see ``_fit``), so the fit minimises relative error, which is what planning cares about.
 The size of the last-level cache a rank keeps is fitted too, by trying a grid of sizes and keeping
 the best fit. Terms a profile never exercises (UVM on a CPU) keep the hardware profile's constant.
+Data-parallel replicas' dense kernel gets constants of its own from its own points.
 All-to-all: time = alpha + beta * bytes per world size, fitted the same way.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.constants import Calibration, KernelConstants
 from shardopt.costmodel.profile_data import KernelSample, kernel_terms
 from shardopt.costmodel.provenance import FittedRange
 from shardopt.costmodel.terms import hardware_coefficients
@@ -27,6 +28,9 @@ from shardopt.core.hardware import Hardware
 
 # Refits weighted by the previous fit's predictions rather than the measurements themselves.
 REWEIGHTS = 4
+# Replicas' own constants need this many of their points (some 25 terms); fewer, and replicas
+# are priced with the fused kernel's constants.
+MIN_DENSE_POINTS = 40
 
 
 def _fit(rows: np.ndarray, targets: np.ndarray, defaults: np.ndarray) -> tuple[np.ndarray, float]:
@@ -54,12 +58,13 @@ def _fit(rows: np.ndarray, targets: np.ndarray, defaults: np.ndarray) -> tuple[n
     return coef, float(solution[-1])
 
 
-def _fit_kernels(hw: Hardware, samples: Sequence[KernelSample]):
-    """(fwd, fwd kernel, bwd, bwd kernel, mean squared relative error) for these cache sizes."""
+def _fit_kernels(hw: Hardware, samples: Sequence[KernelSample], defaults=None):
+    """(fwd, fwd kernel, bwd, bwd kernel, mean squared relative error) for these cache sizes;
+    terms the samples never exercise keep ``defaults`` (the hardware profile's constants)."""
     terms = [kernel_terms(hw, s.shards) for s in samples]
     fwd_rows = np.array([t[0] for t in terms])
     bwd_rows = np.array([t[1] for t in terms])
-    fwd_default, bwd_default = hardware_coefficients(hw)
+    fwd_default, bwd_default = defaults or hardware_coefficients(hw)
     fwd_s, bwd_s = np.array([s.fwd_s for s in samples]), np.array([s.bwd_s for s in samples])
     fwd, fwd_kernel = _fit(fwd_rows, fwd_s, fwd_default)
     bwd, bwd_kernel = _fit(bwd_rows, bwd_s, bwd_default)
@@ -82,6 +87,10 @@ def llc_grid(hw: Hardware) -> list[int]:
 def calibrate(
     hw: Hardware, samples: Sequence[KernelSample], comm_records: Sequence[dict], trained_on: dict
 ) -> Calibration:
+    """The constants of ``samples``: the fused kernel's from its points, replicas' dense kernel's
+    from theirs where there are :data:`MIN_DENSE_POINTS` (it shares no algorithm to fit together)."""
+    dense = [s for s in samples if s.dense]
+    samples = [s for s in samples if not s.dense]
     llc_bytes = None
     best = _fit_kernels(hw, samples)
     for size in llc_grid(hw):
@@ -89,6 +98,12 @@ def calibrate(
         if fit[-1] < best[-1]:
             best, llc_bytes = fit, size
     fwd, fwd_kernel, bwd, bwd_kernel, _ = best
+    replicas = None
+    if len(dense) >= MIN_DENSE_POINTS:
+        at = dataclasses.replace(hw, llc_bytes=llc_bytes) if llc_bytes is not None else hw
+        d_fwd, d_fwd_kernel, d_bwd, d_bwd_kernel, _ = _fit_kernels(at, dense, (fwd, bwd))
+        replicas = KernelConstants(tuple(float(c) for c in d_fwd), tuple(float(c) for c in d_bwd),
+                                   d_fwd_kernel, d_bwd_kernel)
     by_world: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for r in comm_records:
         by_world[r["world_size"]].append((float(r["message_bytes"]), r["timing"]["median_us"] * 1e-6))
@@ -109,6 +124,7 @@ def calibrate(
         comm_curves=CommCurves.from_records(comm_records) if comm_records else None,
         llc_bytes=llc_bytes if llc_bytes is not None else hw.llc_bytes,
         fitted=fitted_range(samples),
+        dense=replicas,
     )
 
 

@@ -37,6 +37,11 @@ class KernelSample:
     fwd_s: float
     bwd_s: float
 
+    @property
+    def dense(self) -> bool:
+        """Data-parallel replicas' kernel (another algorithm, fitted apart)."""
+        return any(s.compute_kernel == "dense" for s in self.shards)
+
 
 def kernel_samples(records: Iterable[dict]) -> list[KernelSample]:
     out = []
@@ -50,7 +55,7 @@ def kernel_samples(records: Iterable[dict]) -> list[KernelSample]:
                 cols=t.embedding_dim,
                 lookups=r["batch"] * t.pooling_factor,
                 samples=r["batch"],
-                compute_kernel=KERNEL_OF_LOCATION[r["location"]],
+                compute_kernel="dense" if r.get("kernel") == "dense" else KERNEL_OF_LOCATION[r["location"]],
             )
             for t in tables_of(r)
         )

@@ -6,12 +6,13 @@ and reported clearly when it is corrupt, of another version, or for other hardwa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 
-from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.constants import Calibration, KernelConstants
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.kernel_net import LearnedParts
 from shardopt.costmodel.provenance import RANGE_FIELDS, FittedRange
@@ -37,6 +38,7 @@ def _calibration_to_dict(c: Calibration) -> dict:
         **({"llc_bytes": c.llc_bytes} if c.llc_bytes is not None else {}),
         **({"fitted": c.fitted.to_dict()} if c.fitted is not None else {}),
         **({"table_factors": [f.to_dict() for f in c.table_factors]} if c.table_factors else {}),
+        **({"dense": dataclasses.asdict(c.dense)} if c.dense is not None else {}),
     }
 
 
@@ -49,7 +51,25 @@ def _calibration_from_dict(d: dict) -> Calibration:
         llc_bytes=d.get("llc_bytes"),
         fitted=FittedRange.from_dict(d["fitted"]) if d.get("fitted") else None,
         table_factors=_table_factors(d.get("table_factors")),
+        dense=_dense(d.get("dense")),
     )
+
+
+def _dense(value) -> KernelConstants | None:
+    """``calibration.dense``: replicas' own constants, checked (absent in older files)."""
+    from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS
+
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"fwd", "bwd", "fwd_kernel_s", "bwd_kernel_s"}:
+        raise _Bad("calibration.dense: must hold exactly fwd, bwd, fwd_kernel_s and bwd_kernel_s")
+    fwd = _numbers(value["fwd"], "calibration.dense.fwd", len(FWD_TERMS), 0.0)
+    bwd = _numbers(value["bwd"], "calibration.dense.bwd", len(BWD_TERMS), 0.0)
+    kernels = _numbers([value["fwd_kernel_s"], value["bwd_kernel_s"]], "calibration.dense.fwd_kernel_s/bwd_kernel_s",
+                       2, 0.0)
+    if not all(np.isfinite(fwd + bwd + kernels)):
+        raise _Bad("calibration.dense: every constant must be finite")
+    return KernelConstants(tuple(fwd), tuple(bwd), kernels[0], kernels[1])
 
 
 def save_model(path: str | Path, parts: LearnedParts, report: dict) -> None:

@@ -6,6 +6,7 @@ models' error on it. Same profile and seed, same model file.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -15,7 +16,7 @@ from shardopt.costmodel.analytic import calibrated_hardware
 from shardopt.costmodel.calibrate import calibrate
 from shardopt.costmodel.kernel_net import EPOCHS, KernelPredictor, LearnedParts, train_parts
 from shardopt.costmodel.profile_data import KernelSample, kernel_samples, kernel_terms
-from shardopt.costmodel.transfer import transferred
+from shardopt.costmodel.transfer import pass_log_scale, scaled_constants, transferred
 from shardopt.core.errors import ShardoptError
 from shardopt.core.hardware import Hardware, hardware_profiles
 from shardopt.profile.dataset import ProfileDataset
@@ -45,7 +46,8 @@ def calibrated_seconds(hw: Hardware, parts: LearnedParts, samples: Sequence[Kern
     out = []
     for s in samples:
         f, b = kernel_terms(hw, s.shards)
-        out.append(f @ np.array(c.fwd) + c.fwd_kernel_s + b @ np.array(c.bwd) + c.bwd_kernel_s)
+        k = c.kernel_constants(s.dense)
+        out.append(f @ np.array(k.fwd) + k.fwd_kernel_s + b @ np.array(k.bwd) + k.bwd_kernel_s)
     return np.array(out)
 
 
@@ -67,16 +69,21 @@ def train_model(
     if name not in hardware_profiles():
         raise ShardoptError(f"--hardware: unknown hardware profile {name!r}")
     hw = hardware_profiles()[name]
-    samples = kernel_samples(dataset.records("tbe"))
+    every = kernel_samples(dataset.records("tbe"))
     comm = list(dataset.records("a2a"))
+    # Replicas' dense points are held out apart (the fused points' split stays as it was) and
+    # fit only their own constants: the nets learn the fused kernel.
+    samples = [s for s in every if not s.dense]
     if len(samples) < 20:
         raise ShardoptError(f"{profile}: only {len(samples)} kernel points; profile with --preset full")
-    order = np.random.default_rng(seed).permutation(len(samples))
-    cut = int(round(len(samples) * (1 - HELD_OUT)))
-    train = [samples[i] for i in order[:cut]]
-    held = [samples[i] for i in order[cut:]]
+    train, held = _split(samples, seed)
+    dense_train, dense_held = _split([s for s in every if s.dense], seed)
     trained_on = {k: manifest.get(k) for k in TRAINED_ON_FIELDS}
-    calibration = calibrate(hw, train, comm, trained_on)
+    calibration = calibrate(hw, train + dense_train, comm, trained_on)
+    if calibration.dense is None and base is not None and base[1].calibration.dense is not None:
+        # No replicas measured here (calibrate's sweep): the base's, at this machine's speed.
+        scale = pass_log_scale(hw, base[1], train)
+        calibration = dataclasses.replace(calibration, dense=scaled_constants(base[1].calibration.dense, scale))
     fresh = "fitted here"
     candidates = {fresh: train_parts(hw, calibration, train, comm, seed=seed, epochs=epochs, progress=progress)}
     if base is not None and base[1].calibration.hardware == name:
@@ -97,7 +104,18 @@ def train_model(
         "held_out_mape": errors[chosen],
         **({"model": chosen, "candidates": errors} if len(candidates) > 1 else {}),
     }
+    if candidates[chosen].calibration.dense is not None and dense_held:
+        report["dense_kernels"] = {"train": len(dense_train), "held_out": len(dense_held),
+                                   "held_out_mape": _mape(calibrated_seconds(hw, candidates[chosen], dense_held),
+                                                          dense_held)}
     return candidates[chosen], report
+
+
+def _split(samples: Sequence[KernelSample], seed: int) -> tuple[list[KernelSample], list[KernelSample]]:
+    """(trained on, held out): a seeded share held out."""
+    order = np.random.default_rng(seed).permutation(len(samples))
+    cut = int(round(len(samples) * (1 - HELD_OUT)))
+    return [samples[i] for i in order[:cut]], [samples[i] for i in order[cut:]]
 
 
 def _chosen(ape: dict[str, np.ndarray], fresh: str) -> str:
@@ -120,8 +138,6 @@ def probe_model(profile: str | Path, base: tuple[str, LearnedParts]) -> tuple[Le
     """``base`` rescaled per pass to the machine of a few points (``calibrate --probe``): its
     shapes, communication and fitted range kept, its provenance this machine's. Its error is
     measured on the probe's own points after the rescale (in-sample: a handful of medians)."""
-    import dataclasses
-
     dataset = ProfileDataset(profile)
     manifest = dataset.manifest()
     hw = hardware_profiles()[hardware_of(manifest, str(profile))]

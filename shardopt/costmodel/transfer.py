@@ -4,7 +4,7 @@ Two minutes of points are too few to learn the shape of fused-kernel costs (a fr
 points missed 880 independent points of the same machine by 15.7% once the speed was taken out),
 but plenty to measure how much faster or slower this machine runs each pass. The packaged model
 learned the shape from a full profile; rescaled, it missed the same 880 points by 12.8%
-(`benchmarks/results/calibrate.md`). Where the shape does not carry (another kind of CPU),
+(`benchmarks/results/calibrate.md`). Replicas' dense-kernel constants are rescaled alike. Where the shape does not carry (another kind of CPU),
 calibrate's held-out points say so clearly and the fresh fit is kept instead (``train._chosen``).
 """
 
@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import Calibration
+from shardopt.costmodel.constants import Calibration, KernelConstants
 from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
 from shardopt.costmodel.profile_data import KernelSample
 from shardopt.core.hardware import Hardware
@@ -39,17 +39,23 @@ def transferred(hw: Hardware, base: LearnedParts, samples: Sequence[KernelSample
     return rescaled(base, pass_log_scale(hw, base, samples), here)
 
 
+def scaled_constants(constants: KernelConstants, scale: np.ndarray) -> KernelConstants:
+    """``constants`` with each pass's time multiplied by ``exp(scale)`` (forward, backward)."""
+    fwd, bwd = np.exp(scale)
+    return KernelConstants(tuple(float(c * fwd) for c in constants.fwd), tuple(float(c * bwd) for c in constants.bwd),
+                           float(constants.fwd_kernel_s * fwd), float(constants.bwd_kernel_s * bwd))
+
+
 def rescaled(base: LearnedParts, scale: np.ndarray, here: Calibration) -> LearnedParts:
     """``base`` with each pass's time multiplied by ``exp(scale)`` (forward, backward), its
     communication and provenance from ``here``."""
-    fwd, bwd = np.exp(scale)
     old = base.calibration
+    fused = scaled_constants(old.kernel_constants(), scale)
     calibration = dataclasses.replace(
-        old,
-        fwd=tuple(float(c * fwd) for c in old.fwd), fwd_kernel_s=old.fwd_kernel_s * fwd,
-        bwd=tuple(float(c * bwd) for c in old.bwd), bwd_kernel_s=old.bwd_kernel_s * bwd,
+        old, fwd=fused.fwd, fwd_kernel_s=fused.fwd_kernel_s, bwd=fused.bwd, bwd_kernel_s=fused.bwd_kernel_s,
         comm=here.comm, comm_curves=here.comm_curves, trained_on=here.trained_on,
         fitted=here.fitted.union(old.fitted) if here.fitted is not None else old.fitted,
+        dense=scaled_constants(old.dense, scale) if old.dense is not None else None,
     )
     shift = tuple(float(s) for s in np.asarray(base.prior_shift) + scale)
     return dataclasses.replace(base, calibration=calibration, prior_shift=shift)

@@ -31,7 +31,7 @@ def _access(table) -> dict:
 def table_points(workload: "Workload", max_elems: int, max_lookups: float) -> list[dict]:
     """Each table alone at its own pooling: the global batch, fewer samples where its lookups would
     exceed ``max_lookups``, rows capped at ``max_elems`` weights."""
-    from shardopt.profile.sweep import _table, _tbe
+    from shardopt.profile.points import table_spec as _table, tbe_spec as _tbe
 
     batch = workload.batch_size * workload.topology.world_size
     points = []
@@ -47,7 +47,7 @@ def rank_points(workload: "Workload", model, max_elems: int, max_lookups: float,
     shard its rows and columns, a row-wise piece its share of the table's lookups, the global
     batch (capped as the generic rank points are)."""
     from shardopt.core.errors import ShardoptError
-    from shardopt.profile.sweep import _cap_elements, _cap_lookups, _table, _tbe
+    from shardopt.profile.points import cap_elements as _cap_elements, cap_lookups as _cap_lookups, table_spec as _table, tbe_spec as _tbe
     from shardopt.search.greedy import GreedySearch
     from shardopt.search.sampler import PlanSampler
 

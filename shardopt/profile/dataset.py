@@ -226,6 +226,7 @@ class _TbeRecord:
     tables: Annotated[tuple[_TableSpec, ...], Field(min_length=1)]
     fwd: _Timing
     bwd: _Timing
+    kernel: Literal["fused", "dense"] = "fused"  # dense: data-parallel replicas' kernel
 
 
 @dataclass(frozen=True, config=_LOOSE)

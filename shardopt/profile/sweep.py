@@ -9,7 +9,6 @@ points it does not find.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,6 +19,9 @@ import numpy as np
 from shardopt import __version__
 from shardopt.core.errors import check_interrupted
 from shardopt.profile.comm import PATTERNS, CommPoint
+from shardopt.profile.points import (
+    cap_elements, cap_lookups, dense_points, random_table, rank_like_points, table_spec, tbe_spec,
+)
 from shardopt.profile.dataset import (
     DATASET_FORMAT,
     ProfileDataset,
@@ -27,16 +29,17 @@ from shardopt.profile.dataset import (
     point_key,
     tables_of,
 )
-from shardopt.traces.synth import trace_histograms
 
 PRESETS = ("unit", "smoke", "full", "calibrate", "workload", "probe")
 # Rank-shaped fused points in the full CPU preset: planning compares ranks, so the model must
 # know how a rank's shards slow each other down, not only how tables cost alone.
 RANK_POINTS = 1000
 PIN_POINTS = 24  # calibrate's single tables at the corners the model's terms separate
+# Data-parallel replicas' kernels in the full preset: another algorithm (a dense gradient, a step
+# over every row), which the fused points say nothing about.
+DENSE_POINTS = 240
 CALIBRATE_RANK_POINTS = 2000  # more than any budget measures: the budget decides how many
 DATASET_VERSION = 1
-DIMS = (16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -52,78 +55,6 @@ class Sweep:
     comm_iters: int = 10
     notes: list[str] = field(default_factory=list)
     comm_first: bool = False  # a budgeted sweep measures its few comm points before the open-ended kernels
-
-
-def _table(rows: int, dim: int, pooling: float, access: dict) -> dict:
-    return {"rows": int(rows), "dim": int(dim), "pooling_factor": round(float(pooling), 3), "access": access}
-
-
-def _tbe(tables: list[dict], batch: int, precision: str = "fp32", location: str = "hbm") -> dict:
-    return {"kind": "tbe", "batch": batch, "precision": precision, "location": location, "tables": tables}
-
-
-def _random_access(rng: np.random.Generator) -> dict:
-    pick = rng.random()
-    if pick < 0.25:
-        return {"distribution": "uniform"}
-    if pick < 0.65:
-        return {"distribution": "zipf", "alpha": round(float(rng.uniform(0.6, 1.3)), 3)}
-    _, uniq, acc = trace_histograms()[int(rng.integers(len(trace_histograms())))]
-    return {"distribution": "histogram", "unique_frac": uniq, "access_frac": acc}
-
-
-def _random_table(rng, max_elems: int, max_rows: float) -> dict:
-    dim = int(rng.choice(DIMS))
-    rows = int(math.exp(rng.uniform(math.log(1e3), math.log(max_rows))))
-    rows = max(100, min(rows, max_elems // dim))
-    pooling = math.exp(rng.uniform(0.0, math.log(100)))
-    return _table(rows, dim, pooling, _random_access(rng))
-
-
-def _cap_lookups(tables: list[dict], batch: int, max_lookups: float) -> None:
-    """Scale pooling factors down so one point stays within a time budget."""
-    lookups = batch * sum(t["pooling_factor"] for t in tables)
-    if lookups > max_lookups:
-        for t in tables:
-            t["pooling_factor"] = round(max(0.5, t["pooling_factor"] * max_lookups / lookups), 3)
-
-
-def _cap_elements(tables: list[dict], max_elems: int) -> None:
-    """Shrink rows so one fused point's weights stay within memory and build-time budgets."""
-    total = sum(t["rows"] * t["dim"] for t in tables)
-    if total > max_elems:
-        for t in tables:
-            t["rows"] = max(100, int(t["rows"] * max_elems / total))
-
-
-def _rank_like_points(rng, count: int, max_elems: int, max_lookups: float) -> list[dict]:
-    """Fused points shaped like one rank of a real plan: DLRM-like tables (drawn as `synth`
-    draws them), some whole, some row-wise slices (their rows' share of the global batch's
-    lookups), some column halves, all pooling the global batch of a 2-8 rank cluster."""
-    from shardopt.traces.synth import SynthSpec, synth_workload
-
-    points = []
-    for i in range(count):
-        world = int(rng.choice([2, 4, 8]))
-        batch = int(rng.choice([256, 512])) * world
-        spec = SynthSpec(
-            name="rank", num_tables=int(rng.integers(3, 17)), world_size=world,
-            local_world_size=world, rows_scale=float(rng.uniform(0.005, 0.03)),
-            seed=int(rng.integers(1 << 30)),
-        )
-        tables = []
-        for t in synth_workload(spec)["tables"]:
-            rows, dim, pooling = t["num_embeddings"], t["embedding_dim"], t["pooling_factor"]
-            cut = rng.random()
-            if cut < 0.25 and rows >= world:
-                rows, pooling = rows // world, pooling / world
-            elif cut < 0.4 and dim >= 64:
-                dim //= 2
-            tables.append(_table(rows, dim, pooling, t["access"]))
-        _cap_elements(tables, max_elems)
-        _cap_lookups(tables, batch, max_lookups)
-        points.append(_tbe(tables, batch))
-    return points
 
 
 def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm",
@@ -144,24 +75,24 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
     uniform = {"distribution": "uniform"}
     if preset == "unit":
         tbe = [
-            _tbe([_table(2000, 16, 4, uniform)], 256),
-            _tbe([_table(5000, 32, 8, zipf)], 256),
-            _tbe([_table(1000 * (i + 1), 16 * (i + 1), 2 + i, zipf) for i in range(4)], 256),
+            tbe_spec([table_spec(2000, 16, 4, uniform)], 256),
+            tbe_spec([table_spec(5000, 32, 8, zipf)], 256),
+            tbe_spec([table_spec(1000 * (i + 1), 16 * (i + 1), 2 + i, zipf) for i in range(4)], 256),
         ]
         return Sweep(preset, tbe, {2: [CommPoint(2, 65536, "even")]}, warmup=1, iters=3,
                      comm_warmup=1, comm_iters=3)
     if preset == "smoke":
         tbe = [
-            _tbe([_table(rows, dim, pooling, access)], 1024)
+            tbe_spec([table_spec(rows, dim, pooling, access)], 1024)
             for rows in (20_000, 200_000)
             for dim in (32, 128)
             for pooling in (2, 16)
             for access in (uniform, zipf)
         ]
         for n in (4, 6, 8, 8):
-            tables = [_random_table(rng, 4_000_000, 2e5) for _ in range(n)]
-            _cap_lookups(tables, 1024, 2e5)
-            tbe.append(_tbe(tables, 1024))
+            tables = [random_table(rng, 4_000_000, 2e5) for _ in range(n)]
+            cap_lookups(tables, 1024, 2e5)
+            tbe.append(tbe_spec(tables, 1024))
         sizes = (4096, 262_144, 4_194_304)
         comm = {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
         return Sweep(preset, tbe, comm, warmup=1, iters=3, comm_warmup=2, comm_iters=5)
@@ -176,21 +107,23 @@ def build_sweep(preset: str, device: str, seed: int = 0, backend: str = "fbgemm"
         locations = ("hbm", "uvm", "uvm_caching") if on_cuda and backend == "fbgemm" else ("hbm",)
         tbe = []
         for _ in range(320):
-            table = _random_table(rng, max_elems, max_rows)
+            table = random_table(rng, max_elems, max_rows)
             batch = int(rng.choice(batches))
-            _cap_lookups([table], batch, max_lookups)
+            cap_lookups([table], batch, max_lookups)
             precision = precisions[0] if rng.random() < 0.7 else str(rng.choice(precisions[1:]))
             location = locations[0] if rng.random() < 0.7 else str(rng.choice(locations))
-            tbe.append(_tbe([table], batch, precision, location))
+            tbe.append(tbe_spec([table], batch, precision, location))
         for _ in range(200):
             n = int(rng.integers(2, 17))
-            tables = [_random_table(rng, max_elems, max_rows) for _ in range(n)]
-            _cap_elements(tables, 4 * max_elems)
+            tables = [random_table(rng, max_elems, max_rows) for _ in range(n)]
+            cap_elements(tables, 4 * max_elems)
             batch = int(rng.choice(batches))
-            _cap_lookups(tables, batch, max_lookups * 4)  # a replayed CPU rank sees ~1M lookups
-            tbe.append(_tbe(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
+            cap_lookups(tables, batch, max_lookups * 4)  # a replayed CPU rank sees ~1M lookups
+            tbe.append(tbe_spec(tables, batch, precisions[0] if rng.random() < 0.8 else precisions[1]))
         if not on_cuda:
-            tbe.extend(_rank_like_points(rng, RANK_POINTS, max_elems * 4, max_lookups * 4))
+            tbe.extend(rank_like_points(rng, RANK_POINTS, max_elems * 4, max_lookups * 4))
+        # Drawn apart, so the points above (and a profile holding them) stay as they were.
+        tbe.extend(dense_points(np.random.default_rng([seed, 1]), DENSE_POINTS, max_elems // 2, max_lookups))
         sizes = tuple(int(2**k) for k in range(10, 25, 2))  # 1 KiB .. 16 MiB
         comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4, 8)}
         notes = (
@@ -216,17 +149,17 @@ def _calibrate_sweep(rng: np.random.Generator, on_cuda: bool) -> Sweep:
     big = 20_000_000 if on_cuda else 2_000_000
     batch = 8192 if on_cuda else 2048
     pins = [
-        _tbe([_table(rows, dim, pooling, access)], batch)
+        tbe_spec([table_spec(rows, dim, pooling, access)], batch)
         for rows in (20_000, big)
         for dim in (16, 64, 256)
         for pooling in (1, 20)
         for access in (uniform, zipf)
     ]
     for table in (t for p in pins for t in p["tables"]):  # a CPU rank's lookups, as replay sees them
-        _cap_lookups([table], batch, 2e7 if on_cuda else 4e5)
+        cap_lookups([table], batch, 2e7 if on_cuda else 4e5)
     max_elems, max_lookups = (2**28, 8e7) if on_cuda else (2**26, 1.6e6)
     assert len(pins) == PIN_POINTS
-    ranks = _rank_like_points(rng, CALIBRATE_RANK_POINTS, max_elems, max_lookups)
+    ranks = rank_like_points(rng, CALIBRATE_RANK_POINTS, max_elems, max_lookups)
     sizes = (4096, 262_144, 4_194_304)
     comm = {} if on_cuda else {w: [CommPoint(w, s, p) for s in sizes for p in PATTERNS] for w in (2, 4)}
     return Sweep("calibrate", pins + ranks, comm, warmup=2, iters=6, comm_warmup=2, comm_iters=5,
@@ -333,7 +266,7 @@ def run_sweep(
             m = measure_tables(
                 tables_of(spec), spec["batch"], backend=backend, device=device,
                 precision=spec["precision"], location=spec["location"],
-                warmup=sweep.warmup, iters=sweep.iters, seed=seed,
+                warmup=sweep.warmup, iters=sweep.iters, seed=seed, dense=spec.get("kernel") == "dense",
             )
             record = {
                 **spec, "key": point_key(spec), "backend": m.backend, "device": meta["device"],

@@ -114,15 +114,16 @@ def measure_tables(
     iters: int = 5,
     seed: int = 0,
     batches: int = DISTINCT_BATCHES,
+    dense: bool = False,
 ) -> KernelMeasurement:
-    """Whole tables fused on one rank, each fed ``batch`` bags from its access distribution, a new
-    batch each iteration (``batches`` of them, in turn)."""
+    """Whole tables fused on one rank (``dense``: as data-parallel replicas), each fed ``batch``
+    bags from its access distribution, a new batch each iteration (``batches`` of them, in turn)."""
     rng = np.random.default_rng(seed)
     drawn = [[sample_bags(t, batch, rng) for t in tables] for _ in range(batches)]
     specs = [KernelSpec(t.num_embeddings, t.embedding_dim) for t in tables]
     return measure_kernel(
         specs, drawn, backend=backend, device=device, precision=precision,
-        location=location, warmup=warmup, iters=iters,
+        location=location, warmup=warmup, iters=iters, dense=dense,
     )
 
 

@@ -60,12 +60,16 @@ def test_more_rank_points_extend_a_profile_without_changing_its_points(monkeypat
     points drawn before keep their keys, so a resumed sweep measures only the new ones."""
     import shardopt.profile.sweep as sweep_module
 
+    def keys(dense: bool) -> list[str]:
+        return [point_key(p) for p in build_sweep("full", "cpu").tbe if (p.get("kernel") == "dense") == dense]
+
     monkeypatch.setattr(sweep_module, "RANK_POINTS", 100)
-    before = [point_key(p) for p in build_sweep("full", "cpu").tbe]
+    before, replicas = keys(False), keys(True)
     monkeypatch.setattr(sweep_module, "RANK_POINTS", 130)
-    after = [point_key(p) for p in build_sweep("full", "cpu").tbe]
+    after = keys(False)
     assert after[: len(before)] == before
-    assert len(after) == len(before) + 30 and len(set(after)) == len(after)
+    assert len(after) == len(before) + 30 and len(set(after + replicas)) == len(after) + len(replicas)
+    assert keys(True) == replicas  # replicas' points are drawn apart: more rank points leave them be
 
 
 def test_cuda_sweep_plans_memory_tiers_and_no_single_gpu_nccl():
