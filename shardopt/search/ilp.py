@@ -289,11 +289,8 @@ class IlpSearch:
                          - cost_model.rank_overhead_ms(workload, {"table_wise"}))
         curves = cost_model.comm_curves(workload)
         model = IlpModel(workload, candidates, costs, replica_ms, curves, self.objective)
-        start = greedy.tables if greedy is not None else None
-        if self.objective.robust and greedy is not None:
-            start = self._nominal_start(workload, cost_model, candidates, costs, replica_ms, curves, greedy.tables)
-        if start is not None:  # else CP-SAT starts cold: tight memory the greedy could not pack
-            model.hint(model.canonical(start))
+        if greedy is not None:  # else CP-SAT starts cold: tight memory the greedy could not pack
+            model.hint(model.canonical(greedy.tables))
             model.complete_hint()
         log.info("CP-SAT on %d placements, the warm start finished beside it", size)
         solver, status, bound, ran = self._run_beside(model, workload, cost_model, greedy)
@@ -329,26 +326,6 @@ class IlpSearch:
         status = name if additive else f"{name} (for summed shard costs)"
         return SearchResult(tables, bound, "ilp", status, solver_bound_ms=solver_bound, variables=size)
 
-
-    def _nominal_start(self, workload, cost_model, candidates, costs, replica_ms, curves, warm):
-        """The nominal solver's plan where the robust objective rates it above the warm start: the
-        robust model is the harder one, and on 20 small workloads (5-10 equal tables and a hot one,
-        4 ranks) its search from the greedy plan lost on its own objective to the nominal plan on
-        2-4 (by up to 11.5%; the greedy keeps whole tables 2, 2, 1, 1 where a cut levels them);
-        from the nominal plan on 1 (6.8%). Replayed over the 23 held-out tasks, foreign fingerprint:
-        0.873 of TorchRec's step against 0.872 without it (`benchmarks/results/robust.md`)."""
-        nominal = IlpModel(workload, candidates, costs, replica_ms, curves, CRITICAL_PATH)
-        nominal.hint(nominal.canonical(warm))
-        nominal.complete_hint()
-        robust, self.objective = self.objective, CRITICAL_PATH
-        try:
-            solver, status, _, _ = self._run(nominal)
-        finally:
-            self.objective = robust
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return warm
-        tables = nominal.solution(solver)
-        return tables if self._score(workload, cost_model, tables) < self._score(workload, cost_model, warm) else warm
 
     def _score(self, workload: Workload, cost_model: CostModel, tables) -> float:
         return plan_score(self.objective, workload, cost_model, tables)
