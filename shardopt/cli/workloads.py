@@ -303,8 +303,14 @@ def from_torchrec(factory: str, world_size: int, local_world_size: int | None, d
 
         check_file_stem(name, "--name")
     workload_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", attr.replace("_", "-")).lstrip(".") or "model"
-    workload, _ = workload_from_module(model, topology, batch_size, constraints, name=workload_name,
-                                       hardware=hardware if device == "cuda" else None)
+    from torchrec.distributed.sharding_plan import get_default_sharders
+
+    # TorchRec's default sharders, as ShardoptPlanner and DistributedModelParallel use them: a
+    # table narrowed to some sharding types gets the kernels those run, so the file plans as the
+    # plugin does (without them such a table could take any kernel, and a 2D workload's plan put
+    # its tables on other, as fast, ranks than the plugin's: tests/torchrec/test_dmp2d.py).
+    workload, _ = workload_from_module(model, topology, batch_size, constraints, sharders=get_default_sharders(),
+                                       name=workload_name, hardware=hardware if device == "cuda" else None)
     if parallelism is not None:
         import dataclasses
 

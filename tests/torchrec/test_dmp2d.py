@@ -94,7 +94,7 @@ def test_from_torchrec_records_the_group_and_the_cli_reaches_the_plugins_plan(tm
     from shardopt.cli import main
 
     args = ["from-torchrec", "examples.torchrec_planner:model", "--world-size", "16", "--local-world-size", "8",
-            "--batch-size", "64", "--hardware", "h100", "--hbm-cap", "64MB", "--sharding-group-size", "auto",
+            "--batch-size", "64", "--hardware", "h100", "--hbm-cap", "64MiB", "--sharding-group-size", "auto",
             "--sync-every", "10", "-o", str(tmp_path / "m.yaml")]
     runner = CliRunner()
     assert runner.invoke(main, args).exit_code == 0

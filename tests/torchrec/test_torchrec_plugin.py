@@ -248,6 +248,29 @@ def test_cli_from_torchrec_names_the_gpus(runner, tmp_path):
         assert not (tmp_path / "x.yaml").exists()
 
 
+def test_cli_from_torchrec_writes_what_the_default_sharders_run(runner, tmp_path):
+    """The file is the workload ShardoptPlanner plans (TorchRec's default sharders): on CPU
+    every table keeps the types DistributedModelParallel runs there (no row-wise), and a table
+    narrowed to some types gets those types' kernels."""
+    import yaml
+
+    out = tmp_path / "m.yaml"
+    assert run_cli(runner, "from-torchrec", "examples.torchrec_planner:model", "--world-size", "4", "--device",
+                   "cpu", "--batch-size", "64", "-o", out).exit_code == 0
+    tables = {t["name"]: t for t in yaml.safe_load(out.read_text())["tables"]}
+    assert tables["user"]["sharding_types"] == ["data_parallel", "table_wise", "column_wise", "table_column_wise"]
+    assert tables["item"]["compute_kernels"] == ["fused"] and tables["country"]["compute_kernels"] == ["dense"]
+    module, constraints = __import__("examples.torchrec_planner", fromlist=["model"]).model()
+    planner = ShardoptPlanner(topology=Topology(world_size=4, compute_device="cpu"), batch_size=64, time_limit_s=1)
+    planner.constraints = constraints
+    planner.plan(module)
+    from shardopt.core.workload import read_workload
+
+    written, _ = read_workload(out)
+    assert [(t.name, t.sharding_types, t.compute_kernels) for t in planner.last_workload.tables] == \
+        [(t.name, t.sharding_types, t.compute_kernels) for t in written.tables]
+
+
 @pytest.mark.slow
 def test_dmp_trained_with_a_plan_from_measured_statistics_matches_an_unsharded_model():
     """ShardoptPlanner(batches=...) measures the training batches themselves; the plan it makes
