@@ -34,8 +34,8 @@ class ScaledCompute(AnalyticCostModel):
         super().__init__(base._hardware, base.calibration)
         self.factor = factor
 
-    def _coefficients(self, hw):
-        fwd, bwd = super()._coefficients(hw)
+    def _coefficients(self, hw, dense=False):
+        fwd, bwd = super()._coefficients(hw, dense)
         return fwd * self.factor, bwd * self.factor
 
 
