@@ -128,7 +128,7 @@ def test_a_plan_reports_its_sensitivity_and_is_the_same_twice(robust):
 @pytest.mark.xfail(strict=True, reason=(
     "known weakness (issue 32 notes, 2026-12-06): at 1 s the robust search (LNS from the greedy's 2,2,1,1"
     " whole tables) misses the column cut the nominal ILP finds. Starting it from the nominal solver's plan"
-    " fixes this toy but not the held-out tasks (robust score 1.001-1.0015x without it over 24, one +5.3%;"
+    " fixes this toy but not the 24 held-out tasks (their robust score 1.001-1.0015x of that without it, one +5.3%;"
     " replayed 0.873 vs 0.872), so it is not kept; docs/search.md"))
 def test_each_search_wins_on_its_own_objective():
     workload = _hot_workload()
