@@ -16,7 +16,7 @@ import numpy as np
 from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.comm_curve import CommCurves
-from shardopt.costmodel.constants import Calibration, KernelConstants  # noqa: F401 (Calibration: its old home)
+from shardopt.costmodel.constants import Calibration
 from shardopt.costmodel.provenance import Provenance, calibration_provenance
 from shardopt.costmodel.table_factors import factor_of, priced_text
 from shardopt.costmodel.terms import ShardBasis, cache_times, hardware_coefficients, kernel_cache, terms_in_cache

@@ -15,7 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.analytic import Calibration, calibrated_hardware
+from shardopt.costmodel.analytic import calibrated_hardware
+from shardopt.costmodel.constants import Calibration
 from shardopt.costmodel.features import FEATURES, kernels_features
 from shardopt.costmodel.profile_data import KernelSample, KernelShard, kernel_terms
 from shardopt.core.hardware import Hardware

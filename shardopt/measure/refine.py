@@ -26,7 +26,8 @@ from shardopt.contracts import Breakdown, PlanConfig
 from shardopt.core.manifest import layout_digest
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
-from shardopt.costmodel.analytic import AnalyticCostModel, Calibration
+from shardopt.costmodel.analytic import AnalyticCostModel
+from shardopt.costmodel.constants import Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
 from shardopt.measure.alone import alone_plan, alone_samples, measurable, replica_factors
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side

@@ -31,14 +31,14 @@ def _access(table) -> dict:
 def table_points(workload: "Workload", max_elems: int, max_lookups: float) -> list[dict]:
     """Each table alone at its own pooling: the global batch, fewer samples where its lookups would
     exceed ``max_lookups``, rows capped at ``max_elems`` weights."""
-    from shardopt.profile.points import table_spec as _table, tbe_spec as _tbe
+    from shardopt.profile.points import table_spec, tbe_spec
 
     batch = workload.batch_size * workload.topology.world_size
     points = []
     for t in workload.tables:
         rows = max(100, min(t.num_embeddings, max_elems // t.embedding_dim))
         samples = max(MIN_BATCH, min(batch, int(max_lookups // max(t.pooling_factor, 1e-9))))
-        points.append(_tbe([_table(rows, t.embedding_dim, t.pooling_factor, _access(t))], samples))
+        points.append(tbe_spec([table_spec(rows, t.embedding_dim, t.pooling_factor, _access(t))], samples))
     return points
 
 
@@ -47,7 +47,7 @@ def rank_points(workload: "Workload", model, max_elems: int, max_lookups: float,
     shard its rows and columns, a row-wise piece its share of the table's lookups, the global
     batch (capped as the generic rank points are)."""
     from shardopt.core.errors import ShardoptError
-    from shardopt.profile.points import cap_elements as _cap_elements, cap_lookups as _cap_lookups, table_spec as _table, tbe_spec as _tbe
+    from shardopt.profile.points import cap_elements, cap_lookups, table_spec, tbe_spec
     from shardopt.search.greedy import GreedySearch
     from shardopt.search.sampler import PlanSampler
 
@@ -73,12 +73,12 @@ def rank_points(workload: "Workload", model, max_elems: int, max_lookups: float,
                                                   ("row_wise", "table_row_wise", "grid_shard") else 1.0)
                 if tp.sharding_type == "data_parallel":
                     pooling /= workload.topology.world_size  # its local batch's lookups
-                ranks.setdefault(shard.rank, []).append(_table(rows, cols, max(pooling, 0.01), _access(table)))
+                ranks.setdefault(shard.rank, []).append(table_spec(rows, cols, max(pooling, 0.01), _access(table)))
         for rank in sorted(ranks):
             shards = ranks[rank]
-            _cap_elements(shards, max_elems)
-            _cap_lookups(shards, batch, max_lookups)
-            point = _tbe(shards, batch)
+            cap_elements(shards, max_elems)
+            cap_lookups(shards, batch, max_lookups)
+            point = tbe_spec(shards, batch)
             key = repr(point)
             if key not in seen:
                 seen.add(key)
