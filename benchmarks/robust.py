@@ -206,7 +206,7 @@ def _makers(args, w, packaged) -> dict:
         makers["probe-on"] = lambda: probe("on")
         makers["probe-fused"] = lambda: probe("fused")
     if args.only:
-        makers = {k: v for k, v in makers.items() if k in args.only.split(",")}
+        makers = {k: makers[k] for k in args.only.split(",") if k in makers}  # columns in --only's order
     return makers
 
 
