@@ -13,7 +13,10 @@ held-out ones (seeds 2000.. by default), each printing one line per task.
   calibrate`` model of this machine (``--calibrated``) as analytic and as learned;
 - ``passes``: per pass, the packaged model's error here (measured over predicted, summed over
   ranks), the backward's share of the measured lookups, and each pass's slowest rank over the
-  mean, measured and predicted, for the default plan and TorchRec's.
+  mean, measured and predicted, for the default plan and TorchRec's;
+- ``repeat``: the default plan and TorchRec's replayed ``--runs`` times (each run ``--rounds``
+  rounds), per run each plan's step and its step with ranks made level (each phase's mean rank)
+  over TorchRec's step: whether a task's loss is noise, imbalance, or work (``--tasks hot-1005,...``).
 
 Cells: replayed step over TorchRec's (lower is better) / slowest rank's lookups over the mean rank's.
 """
@@ -100,7 +103,7 @@ def main() -> None:
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models", "passes"))
+    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models", "passes", "repeat"))
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--per-regime", type=int, default=4)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: all)")
@@ -108,7 +111,11 @@ def main() -> None:
     parser.add_argument("--calibrated", help="a `shardopt calibrate` model file (models)")
     parser.add_argument("--foreign", help="passes: also a model file fitted on another machine, robust,"
                         " its passes priced by it (benchmarks/models/cpu-avx2.json)")
+    parser.add_argument("--tasks", default="", help="repeat: comma-separated task names (regime-seed)")
+    parser.add_argument("--runs", type=int, default=3, help="repeat: replays of the same plans")
     args = parser.parse_args()
+    if args.mode == "repeat":
+        return _repeat(args)
 
     variants = _variant_maker(args)
 
@@ -182,6 +189,33 @@ def _passes(w, model, plan, ranks, rows: list) -> str:
     rows.append((error[0], error[1], slow_m[0], slow_p[0], slow_m[1], slow_p[1]))
     return (f"error fwd x{error[0]:.2f} bwd x{error[1]:.2f}, bwd share {measured[:, 1].sum() / measured.sum():.2f},"
             f" slowest/mean fwd {slow_m[0]:.2f} (model {slow_p[0]:.2f}) bwd {slow_m[1]:.2f} (model {slow_p[1]:.2f})")
+
+
+
+def _repeat(args) -> None:
+    """Each named task's default plan and TorchRec's, replayed ``args.runs`` times side by side."""
+    from shardopt.bench.regimes import regime_task
+    from shardopt.contracts import Breakdown, PlanConfig, rank_phases
+    from shardopt.costmodel.registry import resolve_cost_model
+    from shardopt.measure.replay import comm_for, replay_side_by_side
+    from shardopt.planner.factory import plan_with
+    from shardopt.torchrec.to_model import torchrec_plan
+
+    for name in args.tasks.split(","):
+        regime, seed = name.rsplit("-", 1)
+        w = regime_task(regime, int(seed)).workload
+        packaged, _ = resolve_cost_model("analytic", w)
+        plans = {"torchrec": torchrec_plan(w), "default": plan_with(w, PlanConfig())}
+        for run in range(args.runs):
+            result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
+            base = Breakdown.of(result.per_rank["torchrec"]).step_ms
+            cells = []
+            for plan_name, per_rank in result.per_rank.items():
+                phases = np.array([rank_phases(r) for r in per_rank])
+                lookups = phases[:, 0] + phases[:, 2]
+                cells.append(f"{plan_name}: step {Breakdown.of(per_rank).step_ms / base:.3f}, level"
+                             f" {phases.mean(axis=0).sum() / base:.3f}, slowest/mean {lookups.max() / lookups.mean():.2f}")
+            print(name, f"run {run}:", " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
