@@ -1,4 +1,4 @@
-"""Why plans lose to TorchRec where they do: four replayed diagnostics on tasks other than the
+"""Why plans lose to TorchRec where they do: replayed diagnostics on tasks other than the
 held-out ones (seeds 2000.. by default), each printing one line per task.
 
     python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--regimes compute,comm,hot] [--rounds 7] [--calibrated FILE]
