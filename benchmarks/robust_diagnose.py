@@ -2,6 +2,7 @@
 held-out ones (seeds 2000.. by default), each printing one line per task.
 
     python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--regimes compute,comm,hot] [--rounds 7] [--calibrated FILE]
+    python benchmarks/robust_diagnose.py repeat --tasks hot-1005,compute-1007 [--rounds 15] [--runs 3]
 
 - ``rank-error``: the packaged model's per-rank compute error here (log of measured over predicted,
   less the plan's mean: what unbalances ranks) beside the per-rank spread its doubt implies
@@ -189,7 +190,6 @@ def _passes(w, model, plan, ranks, rows: list) -> str:
     rows.append((error[0], error[1], slow_m[0], slow_p[0], slow_m[1], slow_p[1]))
     return (f"error fwd x{error[0]:.2f} bwd x{error[1]:.2f}, bwd share {measured[:, 1].sum() / measured.sum():.2f},"
             f" slowest/mean fwd {slow_m[0]:.2f} (model {slow_p[0]:.2f}) bwd {slow_m[1]:.2f} (model {slow_p[1]:.2f})")
-
 
 
 def _repeat(args) -> None:
