@@ -2,7 +2,7 @@
 held-out ones (seeds 2000.. by default), each printing one line per task.
 
     python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--regimes compute,comm,hot] [--rounds 7] [--calibrated FILE]
-    python benchmarks/robust_diagnose.py repeat --tasks hot-1005,compute-1007 [--rounds 15] [--runs 3]
+    python benchmarks/robust_diagnose.py repeat --tasks hot-1005,compute-1007|held-out [--rounds 15] [--runs 3]
 
 - ``rank-error``: the packaged model's per-rank compute error here (log of measured over predicted,
   less the plan's mean: what unbalances ranks) beside the per-rank spread its doubt implies
@@ -17,7 +17,11 @@ held-out ones (seeds 2000.. by default), each printing one line per task.
   mean, measured and predicted, for the default plan and TorchRec's;
 - ``repeat``: the default plan and TorchRec's replayed ``--runs`` times (each run ``--rounds``
   rounds), per run each plan's step and its step with ranks made level (each phase's mean rank)
-  over TorchRec's step: whether a task's loss is noise, imbalance, or work (``--tasks hot-1005,...``).
+  over TorchRec's step: whether a task's loss is noise, imbalance, or work (``--tasks hot-1005,...``,
+  or ``held-out``: seeds 1000-1007 of every regime), and over all runs each task's median;
+- ``replicas``: the default plan beside the same workload planned with its hot tables (pooled at
+  least ``HOT_POOLING``, at most ``HOT_REPLICA_BYTES``) held to data-parallel replicas: whether
+  spreading a hot table's lookups over every rank's local batch pays in TorchRec's dense kernel.
 
 Cells: replayed step over TorchRec's (lower is better) / slowest rank's lookups over the mean rank's.
 """
@@ -32,6 +36,18 @@ import time
 import warnings
 
 import numpy as np
+
+
+HOT_POOLING = 100.0
+HOT_REPLICA_BYTES = 8 * 2**20  # fp32 weights: twice the bench's hot tables' bound
+
+
+def _replicated(workload):
+    """``workload`` with its hot small tables allowed data-parallel replicas only."""
+    return dataclasses.replace(workload, tables=tuple(
+        dataclasses.replace(t, sharding_types=("data_parallel",))
+        if t.pooling_factor >= HOT_POOLING and t.num_embeddings * t.embedding_dim * 4 <= HOT_REPLICA_BYTES else t
+        for t in workload.tables))
 
 
 def _rw_plan(workload, like):
@@ -72,6 +88,8 @@ def _variant_maker(args):
             if args.foreign:
                 out["foreign"] = plan_with(w, PlanConfig(cost_model=f"analytic@{args.foreign}", robust="on"))
             return out
+        if args.mode == "replicas":
+            return {"default": plan_with(w, PlanConfig()), "hot-replicas": plan_with(_replicated(w), PlanConfig())}
         if args.mode in ("rank-error", "floor"):
             nominal = plan_with(w, PlanConfig(robust="off"), cost_model=packaged)
             extra = {"nominal-again": nominal, "row-wise": _rw_plan(w, nominal)} if args.mode == "floor" else {}
@@ -104,7 +122,7 @@ def main() -> None:
     from shardopt.torchrec.to_model import torchrec_plan
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models", "passes", "repeat"))
+    parser.add_argument("mode", choices=("rank-error", "floor", "ablate", "models", "passes", "repeat", "replicas"))
     parser.add_argument("--seed", type=int, default=2000)
     parser.add_argument("--per-regime", type=int, default=4)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated regimes (default: all)")
@@ -112,7 +130,8 @@ def main() -> None:
     parser.add_argument("--calibrated", help="a `shardopt calibrate` model file (models)")
     parser.add_argument("--foreign", help="passes: also a model file fitted on another machine, robust,"
                         " its passes priced by it (benchmarks/models/cpu-avx2.json)")
-    parser.add_argument("--tasks", default="", help="repeat: comma-separated task names (regime-seed)")
+    parser.add_argument("--tasks", default="", help="repeat: comma-separated task names (regime-seed),"
+                        " or held-out (seeds 1000-1007 of every regime)")
     parser.add_argument("--runs", type=int, default=3, help="repeat: replays of the same plans")
     args = parser.parse_args()
     if args.mode == "repeat":
@@ -195,15 +214,19 @@ def _passes(w, model, plan, ranks, rows: list) -> str:
 
 
 def _repeat(args) -> None:
-    """Each named task's default plan and TorchRec's, replayed ``args.runs`` times side by side."""
-    from shardopt.bench.regimes import regime_task
+    """Each named task's default plan and TorchRec's, replayed ``args.runs`` times side by side;
+    then each task's median over the runs and what the issue's criteria read off those medians."""
+    from shardopt.bench.regimes import REGIMES, regime_task
     from shardopt.contracts import Breakdown, PlanConfig, rank_phases
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
     from shardopt.planner.factory import plan_with
     from shardopt.torchrec.to_model import torchrec_plan
 
-    for name in args.tasks.split(","):
+    names = ([f"{r}-{1000 + i}" for r in REGIMES for i in range(8)] if args.tasks == "held-out"
+             else args.tasks.split(","))
+    medians = {}
+    for name in names:
         regime, seed = name.rsplit("-", 1)
         w = regime_task(regime, int(seed)).workload
         packaged, _ = resolve_cost_model("analytic", w)
@@ -213,6 +236,7 @@ def _repeat(args) -> None:
             print(name, "TorchRec: no plan", flush=True)
             continue
         plans["default"] = plan_with(w, PlanConfig())
+        runs = []
         for run in range(args.runs):
             result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
             base = Breakdown.of(result.per_rank["torchrec"]).step_ms
@@ -220,9 +244,19 @@ def _repeat(args) -> None:
             for plan_name, per_rank in result.per_rank.items():
                 phases = np.array([rank_phases(r) for r in per_rank])
                 lookups = phases[:, 0] + phases[:, 2]
-                cells.append(f"{plan_name}: step {Breakdown.of(per_rank).step_ms / base:.3f}, level"
-                             f" {phases.mean(axis=0).sum() / base:.3f}, slowest/mean {lookups.max() / lookups.mean():.2f}")
+                row = (Breakdown.of(per_rank).step_ms / base, phases.mean(axis=0).sum() / base,
+                       lookups.max() / lookups.mean())
+                if plan_name == "default":
+                    runs.append(row)
+                cells.append(f"{plan_name}: step {row[0]:.3f}, level {row[1]:.3f}, slowest/mean {row[2]:.2f}")
             print(name, f"run {run}:", " | ".join(cells), flush=True)
+        medians[name] = np.median(np.array(runs), axis=0)
+    if len(medians) > 1:
+        step, level, slow = np.array(list(medians.values())).T
+        over = [n for n, m in medians.items() if m[0] > 0.95]
+        print(f"default, medians of {args.runs} runs over {len(medians)} tasks: step geomean"
+              f" {math.exp(float(np.mean(np.log(step)))):.3f} (level {math.exp(float(np.mean(np.log(level)))):.3f}),"
+              f" slowest/mean <= 1.10 on {np.mean(slow <= 1.10):.0%}, above 0.95: {', '.join(over) or 'none'}")
 
 
 if __name__ == "__main__":
