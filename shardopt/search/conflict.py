@@ -245,7 +245,10 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
         uvm = set(table.compute_kernels or ()) & {"fused_uvm", "fused_uvm_caching"}
         host = (", or declare topology.ddr_cap (UVM keeps rows in host memory)"
                 if uvm and not topo.ddr_cap and topo.compute_device == "cuda" else "")
-        return Requirement(key, f"{_lists_text(table)} of {what}", f"allow {extra} for {what}{host}")
+        runs = set(model.types) & set(table.allowed_sharding_types)
+        menu = ("" if runs else f" (none runs in TorchRec on {topo.compute_device}, which allows"
+                f" {', '.join(model.types)})")
+        return Requirement(key, f"{_lists_text(table)} of {what}{menu}", f"allow {extra} for {what}{host}")
     rule = workload.placement[what]
     fix = f"unpin {listed(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]"
     return Requirement(key, rule.describe(), fix)

@@ -249,3 +249,20 @@ def test_an_allow_list_conflict_names_only_the_lists_the_user_gave():
     line = str(err.value)
     assert "compute_kernels ['fused_uvm', 'fused_uvm_caching'] of t0" in line and "sharding_types" not in line
     assert "allow fused for t0" in line and "declare topology.ddr_cap" in line
+
+
+def test_an_allow_list_that_nothing_on_the_device_runs_says_what_torchrec_allows_there():
+    """row_wise alone on a CPU: TorchRec's CPU sharders run none of it, and the one line says so
+    (a cut that does run and fits is the fix) rather than leaving the user to guess why."""
+    workload = _workload(tables=SIZES[:2], types=None)
+    data = workload_to_dict(workload)
+    data["tables"][0]["sharding_types"] = ["row_wise"]
+    with pytest.raises(ShardoptError) as err:
+        _plan(workload_from_dict(data))
+    line = str(err.value)
+    assert err.value.kind == ErrorKind.INFEASIBLE
+    assert "sharding_types ['row_wise'] of t0 (none runs in TorchRec on cpu, which allows" in line
+    assert line.endswith(" for t0") and "; allow " in line and "\n" not in line
+    data["tables"][0]["sharding_types"] = ["row_wise", "column_wise"]  # one of them runs: planned, no note
+    plan = _plan(workload_from_dict(data))
+    assert {tp.sharding_type for tp in plan.tables if tp.name == "t0"} == {"column_wise"}
