@@ -40,6 +40,9 @@ DP_MAX_CAP_SHARE = 1 / 64  # data-parallel replicas only for tables at most this
 HOT_COST_SHARE = 0.25
 HOT_MAX_SUBSET = 8  # row-wise subsets of hot tables over 2, 4, 8 ranks (each piece free to go anywhere)
 HOT_DP_MAX_CAP_SHARE = 1 / 8  # a hot table may be replicated up to this share of a rank's memory
+# What runs with what, for a table whose compute_kernels leave no cut (refused in one line).
+KERNEL_PAIRS = ("shardopt plans fused, fused_uvm and fused_uvm_caching on cuda with a ddr_cap, and dense for"
+                " data_parallel")
 
 Placement = Literal["free", "host", "fixed"]
 # "torchrec": only cuts TorchRec's sharders can run (no row-wise subsets, no hot-row replicas;
@@ -218,8 +221,7 @@ def _with_kernels(workload: Workload, table: Table, out: list[Candidate], replic
     if not kept:
         topo = workload.topology
         uvm = topo.compute_device == "cuda" and topo.ddr_cap is None and set(table.compute_kernels) & set(UVM_KERNELS)
-        reason = ("; UVM keeps rows in host memory: declare topology.ddr_cap" if uvm else " (shardopt plans fused,"
-                  " fused_uvm and fused_uvm_caching on cuda with a ddr_cap, and dense for data_parallel)")
+        reason = "; UVM keeps rows in host memory: declare topology.ddr_cap" if uvm else f" ({KERNEL_PAIRS})"
         raise ShardoptError(f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
                             f" {list(table.compute_kernels)}{reason}", kind=ErrorKind.INFEASIBLE)
     return kept

@@ -23,7 +23,7 @@ from shardopt.core.placement import Pin, listed
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import SHARDING_TYPES, Workload
 from shardopt.costmodel.base import CostModel
-from shardopt.search.candidates import TORCHREC_TYPES, piece_costs, table_candidates
+from shardopt.search.candidates import KERNEL_PAIRS, TORCHREC_TYPES, piece_costs, table_candidates
 from shardopt.search.ilp import MAX_PLACEMENTS
 from shardopt.search.ilp_placement import add_group, holding
 
@@ -64,11 +64,12 @@ class _Feasibility:
         self.on: dict[tuple[str, int], list] = {}
         self.choose: dict[str, list[tuple]] = {}
         self.least: dict[str, int] = {}  # per table, the fewest HBM bytes a cut it allows holds
+        self.refused: dict[str, str] = {}  # per table whose lists leave no cut that runs: why
         self.size = 0
         self.work_left, self.wall_end = EXPLAIN_WORK, time.perf_counter() + WALL_GUARD_S
         types = self.types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
         for table in workload.tables:
-            self._add_table(table, _cuts(workload, table, which, types), cost_model)
+            self._add_table(table, _cuts(workload, table, which, types, self.refused), cost_model)
             if self.size > MAX_PLACEMENTS:  # no explanation: the search's own words
                 raise OverflowError
         self._add_caps()
@@ -181,13 +182,15 @@ class _Feasibility:
         return status, solver
 
 
-def _cuts(workload: Workload, table, which: str, types) -> list:
+def _cuts(workload: Workload, table, which: str, types, refused: dict[str, str]) -> list:
     """The table's own cuts and those of every type: a type allowed alone gets cuts (a one-piece
-    column-wise one) that it does not get beside table-wise."""
+    column-wise one) that it does not get beside table-wise. A table whose lists leave no cut that
+    runs gets the reason in ``refused``."""
     try:
         own = table_candidates(workload, table, which)  # type: ignore[arg-type]
-    except ShardoptError:
-        own = []  # nothing it allows runs: the allow-list's guard says so
+    except ShardoptError as err:
+        own = []  # nothing it allows runs: the allow-list's guard says so, with the reason
+        refused[table.name] = str(err).removeprefix(f"table {table.name!r}: ")
     relaxed = dataclasses.replace(table, sharding_types=tuple(types), compute_kernels=None)
     seen = {(c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) for c in own}
     return own + [c for c in table_candidates(workload, relaxed, which)  # type: ignore[arg-type]
@@ -240,22 +243,40 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
         status, solver = model.solve([k for k in core if k != key])
         used = [cand for x, cand in model.choose[what] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                 and solver.boolean_value(x)]
-        extra = used[0].sharding_type if used and used[0].sharding_type not in table.allowed_sharding_types \
-            else (used[0].compute_kernel if used else _unlisted(table, model.types))
+        extra = _relaxed(table, used[0]) if used else _unlisted(table, model.types)
         uvm = set(table.compute_kernels or ()) & {"fused_uvm", "fused_uvm_caching"}
         host = (", or declare topology.ddr_cap (UVM keeps rows in host memory)"
                 if uvm and not topo.ddr_cap and topo.compute_device == "cuda" else "")
-        runs = set(model.types) & set(table.allowed_sharding_types)
-        menu = ("" if runs else f" (none runs in TorchRec on {topo.compute_device}, which allows"
-                f" {', '.join(model.types)})")
-        return Requirement(key, f"{_lists_text(table)} of {what}{menu}", f"allow {extra} for {what}{host}")
+        return Requirement(key, f"{_lists_text(table)} of {what}{_refusal(model, table)}",
+                           f"allow {extra} for {what}{host}")
     rule = workload.placement[what]
     fix = f"unpin {listed(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]"
     return Requirement(key, rule.describe(), fix)
 
 
+def _refusal(model: _Feasibility, table) -> str:
+    """Why the table's lists leave no cut that runs here, for the line (empty when some cut runs
+    and the lists conflict with memory or rules instead)."""
+    if table.name not in model.refused:
+        return ""
+    if not set(model.types) & set(table.allowed_sharding_types):
+        device = model.workload.topology.compute_device
+        return f" (none runs in TorchRec on {device}, which allows {', '.join(model.types)})"
+    if "UVM keeps rows in host memory" in model.refused[table.name]:
+        return ""  # the fix says to declare host memory
+    return f" (its sharding_types run with none of its compute_kernels: {KERNEL_PAIRS})"
+
+
 # What to suggest allowing when no solve says which cut would fit: the plainest cut first.
 PLAINEST = ("table_wise", "column_wise", "row_wise", "table_column_wise", "table_row_wise", "data_parallel")
+
+
+def _relaxed(table, cut) -> str:
+    """What of ``cut`` the table's lists leave out: its sharding type, its kernel, or both."""
+    kinds = [cut.sharding_type] if cut.sharding_type not in table.allowed_sharding_types else []
+    if table.compute_kernels and cut.compute_kernel not in table.compute_kernels or not kinds:
+        kinds.append(f"the {cut.compute_kernel} kernel" if kinds else cut.compute_kernel)
+    return " with ".join(kinds)
 
 
 def _unlisted(table, types) -> str:

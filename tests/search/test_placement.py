@@ -251,18 +251,31 @@ def test_an_allow_list_conflict_names_only_the_lists_the_user_gave():
     assert "allow fused for t0" in line and "declare topology.ddr_cap" in line
 
 
-def test_an_allow_list_that_nothing_on_the_device_runs_says_what_torchrec_allows_there():
-    """row_wise alone on a CPU: TorchRec's CPU sharders run none of it, and the one line says so
-    (a cut that does run and fits is the fix) rather than leaving the user to guess why."""
-    workload = _workload(tables=SIZES[:2], types=None)
-    data = workload_to_dict(workload)
-    data["tables"][0]["sharding_types"] = ["row_wise"]
+@pytest.mark.parametrize("device,lists,reason,fix", [
+    ("cpu", {"sharding_types": ["row_wise"]},
+     "(none runs in TorchRec on cpu, which allows data_parallel, table_wise, column_wise, table_column_wise)", "allow "),
+    ("cpu", {"compute_kernels": ["fused_uvm"]}, "(its sharding_types run with none of its compute_kernels: shardopt"
+     " plans fused, fused_uvm and fused_uvm_caching on cuda", "allow fused for t0"),
+    ("cuda", {"sharding_types": ["table_wise"], "compute_kernels": ["dense"]},
+     "(its sharding_types run with none of its compute_kernels:", "with the fused kernel for t0"),
+])
+def test_an_allow_list_that_nothing_on_the_device_runs_says_why_in_its_one_line(device, lists, reason, fix):
+    """row_wise alone on a CPU (TorchRec's CPU sharders run none of it), a UVM kernel on a CPU, the
+    dense kernel without data_parallel: the one line says why, and a fix that runs, rather than
+    leaving the user to guess why the lists leave no plan."""
+    data = workload_to_dict(_workload(tables=SIZES[:2]))
+    data["topology"]["compute_device"] = device
+    data["tables"][0].update(lists)
     with pytest.raises(ShardoptError) as err:
         _plan(workload_from_dict(data))
     line = str(err.value)
-    assert err.value.kind == ErrorKind.INFEASIBLE
-    assert "sharding_types ['row_wise'] of t0 (none runs in TorchRec on cpu, which allows" in line
-    assert line.endswith(" for t0") and "; allow " in line and "\n" not in line
-    data["tables"][0]["sharding_types"] = ["row_wise", "column_wise"]  # one of them runs: planned, no note
+    assert err.value.kind == ErrorKind.INFEASIBLE and "\n" not in line
+    assert f" of t0 {reason}" in line and fix in line and line.endswith(" for t0")
+
+
+def test_an_allow_list_with_one_type_that_runs_plans_it():
+    """row_wise beside column_wise on a CPU: column_wise runs there, so the table is planned with it."""
+    data = workload_to_dict(_workload(tables=SIZES[:2]))
+    data["tables"][0]["sharding_types"] = ["row_wise", "column_wise"]
     plan = _plan(workload_from_dict(data))
     assert {tp.sharding_type for tp in plan.tables if tp.name == "t0"} == {"column_wise"}
