@@ -64,7 +64,7 @@ class _Feasibility:
         self.on: dict[tuple[str, int], list] = {}
         self.choose: dict[str, list[tuple]] = {}
         self.least: dict[str, int] = {}  # per table, the fewest HBM bytes a cut it allows holds
-        self.refused: dict[str, str] = {}  # per table whose lists leave no cut that runs: why
+        self.refused: set[str] = set()  # the tables whose lists leave no cut that runs
         self.size = 0
         self.work_left, self.wall_end = EXPLAIN_WORK, time.perf_counter() + WALL_GUARD_S
         types = self.types = SHARDING_TYPES if which == "all" else TORCHREC_TYPES[topo.compute_device]
@@ -182,15 +182,15 @@ class _Feasibility:
         return status, solver
 
 
-def _cuts(workload: Workload, table, which: str, types, refused: dict[str, str]) -> list:
+def _cuts(workload: Workload, table, which: str, types, refused: set[str]) -> list:
     """The table's own cuts and those of every type: a type allowed alone gets cuts (a one-piece
     column-wise one) that it does not get beside table-wise. A table whose lists leave no cut that
-    runs gets the reason in ``refused``."""
+    runs is added to ``refused``."""
     try:
         own = table_candidates(workload, table, which)  # type: ignore[arg-type]
-    except ShardoptError as err:
-        own = []  # nothing it allows runs: the allow-list's guard says so, with the reason
-        refused[table.name] = str(err).removeprefix(f"table {table.name!r}: ")
+    except ShardoptError:
+        own = []  # nothing it allows runs: the allow-list's guard says so (and _refusal why)
+        refused.add(table.name)
     relaxed = dataclasses.replace(table, sharding_types=tuple(types), compute_kernels=None)
     seen = {(c.sharding_type, c.pieces, c.compute_kernel, c.cache_load_factor) for c in own}
     return own + [c for c in table_candidates(workload, relaxed, which)  # type: ignore[arg-type]
@@ -247,23 +247,24 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
         uvm = set(table.compute_kernels or ()) & {"fused_uvm", "fused_uvm_caching"}
         host = (", or declare topology.ddr_cap (UVM keeps rows in host memory)"
                 if uvm and not topo.ddr_cap and topo.compute_device == "cuda" else "")
-        return Requirement(key, f"{_lists_text(table)} of {what}{_refusal(model, table)}",
+        return Requirement(key, f"{_lists_text(table)} of {what}{_refusal(model, table, bool(host))}",
                            f"allow {extra} for {what}{host}")
     rule = workload.placement[what]
     fix = f"unpin {listed(rule.tables)} (placement[{what}])" if isinstance(rule, Pin) else f"drop placement[{what}]"
     return Requirement(key, rule.describe(), fix)
 
 
-def _refusal(model: _Feasibility, table) -> str:
+def _refusal(model: _Feasibility, table, host_fix: bool) -> str:
     """Why the table's lists leave no cut that runs here, for the line (empty when some cut runs
-    and the lists conflict with memory or rules instead)."""
+    and the lists conflict with memory or rules instead, or when the fix already says to declare
+    host memory for its UVM kernels)."""
     if table.name not in model.refused:
         return ""
     if not set(model.types) & set(table.allowed_sharding_types):
         device = model.workload.topology.compute_device
         return f" (none runs in TorchRec on {device}, which allows {', '.join(model.types)})"
-    if "UVM keeps rows in host memory" in model.refused[table.name]:
-        return ""  # the fix says to declare host memory
+    if host_fix:
+        return ""
     return f" (its sharding_types run with none of its compute_kernels: {KERNEL_PAIRS})"
 
 
@@ -274,7 +275,7 @@ PLAINEST = ("table_wise", "column_wise", "row_wise", "table_column_wise", "table
 def _relaxed(table, cut) -> str:
     """What of ``cut`` the table's lists leave out: its sharding type, its kernel, or both."""
     kinds = [cut.sharding_type] if cut.sharding_type not in table.allowed_sharding_types else []
-    if table.compute_kernels and cut.compute_kernel not in table.compute_kernels or not kinds:
+    if (table.compute_kernels and cut.compute_kernel not in table.compute_kernels) or not kinds:
         kinds.append(f"the {cut.compute_kernel} kernel" if kinds else cut.compute_kernel)
     return " with ".join(kinds)
 
