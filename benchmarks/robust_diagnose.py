@@ -216,19 +216,18 @@ def _passes(w, model, plan, ranks, rows: list) -> str:
 def _repeat(args) -> None:
     """Each named task's default plan and TorchRec's, replayed ``args.runs`` times side by side;
     then each task's median over the runs and what the issue's criteria read off those medians."""
-    from shardopt.bench.regimes import REGIMES, regime_task
+    from shardopt.bench.regimes import regime_task, regime_tasks
     from shardopt.contracts import Breakdown, PlanConfig, rank_phases
     from shardopt.costmodel.registry import resolve_cost_model
     from shardopt.measure.replay import comm_for, replay_side_by_side
     from shardopt.planner.factory import plan_with
     from shardopt.torchrec.to_model import torchrec_plan
 
-    names = ([f"{r}-{1000 + i}" for r in REGIMES for i in range(8)] if args.tasks == "held-out"
-             else args.tasks.split(","))
+    tasks = (regime_tasks(8) if args.tasks == "held-out"
+             else [regime_task(regime, int(seed)) for regime, seed in (n.rsplit("-", 1) for n in args.tasks.split(","))])
     medians = {}
-    for name in names:
-        regime, seed = name.rsplit("-", 1)
-        w = regime_task(regime, int(seed)).workload
+    for task in tasks:
+        name, w = task.name, task.workload
         packaged, _ = resolve_cost_model("analytic", w)
         try:
             plans = {"torchrec": torchrec_plan(w)}
