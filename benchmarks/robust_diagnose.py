@@ -194,7 +194,10 @@ def _rank_error(w, model, plan, measured, spread, uncertainty) -> str:
     ok = predicted > 0
     log_ratio = np.log(measured[ok] / predicted[ok])
     resid = log_ratio - log_ratio.mean()
-    shares = uncertainty._table_shares(w, model, plan.tables).mean(axis=2)[ok]
+    rank, table, pair = uncertainty._table_shares(w, model, plan.tables)  # entries: (rank, table, shares)
+    shares = np.zeros((len(predicted), len(w.tables)))
+    shares[rank, table] = pair.mean(axis=1)
+    shares = shares[ok]
     doubt = np.sqrt(((shares * s) ** 2).sum(axis=1)) * math.sqrt((ok.sum() - 1) / ok.sum())
     spread["measured"] += list(resid)
     spread["doubt"] += list(doubt)

@@ -215,17 +215,6 @@ class Plan:
                 )
 
 
-def _rounded(obj: object) -> object:
-    """Plain JSON data with floats at 6 decimals, so equal plans serialise to equal bytes."""
-    if isinstance(obj, float):
-        return round(obj, 6)
-    if isinstance(obj, dict):
-        return {k: _rounded(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, (list, tuple)):
-        return [_rounded(v) for v in obj]
-    return obj
-
-
 def _render(value: object, indent: int = 0, width: int = 100) -> str:
     """JSON with each value on one line when it fits in ``width``: a shard per line, readable diffs."""
     flat = json.dumps(value)
@@ -239,8 +228,31 @@ def _render(value: object, indent: int = 0, width: int = 100) -> str:
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
+def _plain(obj: object) -> object:
+    """Plain JSON data with floats at 6 decimals (so equal plans serialise to equal bytes) and no None
+    fields, read off the dataclasses in one pass, with no deep copies: a 5000-table plan's
+    dataclasses were copied field by field (1 s) only to be read once."""
+    if isinstance(obj, float):
+        return round(obj, 6)
+    if isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items() if v is not None}
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            return obj
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: _plain(v) for name in names if (v := getattr(obj, name)) is not None}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def plan_to_json(plan: Plan) -> str:
-    return _render(_rounded(dataclasses.asdict(plan))) + "\n"
+    return _render(_plain(plan)) + "\n"
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:

@@ -103,6 +103,9 @@ def _floor_costs(workload, cost_model, cand: Candidate) -> list[ShardCost]:
 def _sum_and_largest(pieces: Sequence[ShardCost]) -> tuple[float, float]:
     """(sum, largest) of the pieces' totals, each distinct cost priced once: the pieces of a cut
     share a few cost objects (one per shape), and 5000 tables x 1024 ranks summed 57 million."""
+    if len(pieces) == 1:  # most candidates: a whole table
+        total = pieces[0].total_ms
+        return total, total
     counts = Counter(map(id, pieces))
     if len(counts) == len(pieces):
         totals = [p.total_ms for p in pieces]

@@ -3,6 +3,8 @@ and never lengthening the step by the whole model."""
 
 from dataclasses import replace
 
+import numpy as np
+
 from hypothesis import given, settings, strategies as st
 
 from shardopt.arithmetic.checks import check_plan
@@ -12,7 +14,7 @@ from shardopt.bench.suites import suite_tasks
 from shardopt.contracts import Breakdown, CRITICAL_PATH
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.planner import plan_workload
-from shardopt.search.balance import balance_phases
+from shardopt.search.balance import balance_phases, smallest
 from shardopt.search.greedy import GreedySearch
 
 TASKS = [*suite_tasks("unit"), regime_task("comm", 0), regime_task("hot", 0)]
@@ -46,3 +48,10 @@ def test_the_greedy_balances_each_phase_not_only_rank_totals():
         before, after = (Breakdown.of(model.breakdown(task.workload, r.tables)).score(CRITICAL_PATH)
                          for r in (plain, balanced))
         assert after < 0.95 * before if strictly else after <= before
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0, 7.25, 1e9]), min_size=1, max_size=80), st.integers(1, 40))
+def test_the_smallest_loads_are_the_stable_sorts_first_ones_ties_included(values, n):
+    values = np.array(values)
+    assert np.array_equal(smallest(values, n), np.argsort(values, kind="stable")[:n])

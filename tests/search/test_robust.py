@@ -16,6 +16,7 @@ from shardopt.costmodel.base import ShardCost
 from shardopt.costmodel.uncertainty import (
     SIGMA_FLOOR,
     SIGMA_OUTSIDE,
+    _in_rank_order,
     doubt_for,
     is_robust,
     plan_score,
@@ -123,6 +124,20 @@ def test_a_plan_reports_its_sensitivity_and_is_the_same_twice(robust):
     assert sens.steps_ms[1] == pytest.approx(Breakdown.of(first.predicted.per_rank).step_ms, rel=1e-3)
     assert sens.expected_ms[0] <= sens.expected_ms[1] <= sens.expected_ms[2]
     assert "hot" in sens.extrapolated
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 30), st.integers(0, 2**32 - 1))
+def test_each_ranks_reweighted_lookups_are_the_dense_sums_floats(world, tables, seed):
+    """The interval reweights only the tables a rank holds, summed in the order (and so to the
+    floats) of the dense sum over every table, whose zeros add nothing."""
+    rng = np.random.default_rng(seed)
+    dense = rng.random((world, tables, 2)) * (rng.random((world, tables, 1)) < 0.3)
+    factor = np.exp(0.3 * rng.standard_normal((8, tables)))
+    rank, table = np.nonzero(dense.any(axis=2))
+    entries = _in_rank_order(rank, (factor[:, table, None] * dense[rank, table][None]).swapaxes(0, 1), world)
+    assert np.array_equal(entries.swapaxes(0, 1), np.einsum("dt,rtp->drp", factor, dense))
+    assert np.array_equal(_in_rank_order(rank, dense[rank, table], world), dense.sum(axis=1))
 
 
 @pytest.mark.xfail(strict=True, reason=(
