@@ -231,7 +231,7 @@ def _render(value: object, indent: int = 0, width: int = 100) -> str:
 def _plain(obj: object) -> object:
     """Plain JSON data with floats at 6 decimals (so equal plans serialise to equal bytes) and no None
     fields, read off the dataclasses in one pass, with no deep copies: a 5000-table plan's
-    dataclasses were copied field by field (1 s) only to be read once."""
+    dataclasses were copied field by field (0.1-0.2 s) only to be read once."""
     if isinstance(obj, float):
         return round(obj, 6)
     if isinstance(obj, (str, int)):

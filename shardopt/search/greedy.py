@@ -211,7 +211,8 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
     balanced rank, per phase and in all (what a fixed cut's piece stands in for)."""
     if isinstance(target_ms, np.ndarray):
         # Pieces of one shape share one cost object: a cut over 1024 ranks has two distinct ones.
-        # (deduplicated in C first: phases of 1024 pieces, read one by one, were 5000 x 1024's 3 s)
+        # (deduplicated in C first: reading the phases of 1024 pieces one by one was 3 s of 5000 x 1024's
+        # plan under a profiler)
         distinct = [list(map(rank_phases, dict(zip(map(id, pieces), pieces)).values())) for pieces in per_candidate]
         peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in distinct]
         own = share[0]
