@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -240,15 +241,14 @@ def _plain(obj: object) -> object:
         return [_plain(v) for v in obj]
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items() if v is not None}
-    names = _FIELD_NAMES.get(type(obj))
-    if names is None:
-        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
-            return obj
-        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
-    return {name: _plain(v) for name in names if (v := getattr(obj, name)) is not None}
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return obj
+    return {name: _plain(v) for name in _field_names(type(obj)) if (v := getattr(obj, name)) is not None}
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+@lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def plan_to_json(plan: Plan) -> str:

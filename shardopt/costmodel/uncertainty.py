@@ -214,8 +214,8 @@ def _table_shares(workload: Workload, model: CostModel, tables: Sequence[TablePl
     rank = np.array([k[0] for k in keys], dtype=np.int64)
     table = np.array([k[1] for k in keys], dtype=np.int64)
     time = np.array([held[k] for k in keys], dtype=float).reshape(len(keys), 2)
-    totals = _in_rank_order(rank, time, workload.topology.world_size)
-    share = np.divide(time, totals[rank], out=np.zeros_like(time), where=totals[rank] > 0)
+    totals = _in_rank_order(rank, time, workload.topology.world_size)[rank]
+    share = np.divide(time, totals, out=np.zeros_like(time), where=totals > 0)
     return rank, table, share
 
 

@@ -219,12 +219,18 @@ def _with_kernels(workload: Workload, table: Table, out: list[Candidate], replic
         # leave only the dense one asks for a replica, as TorchRec's constraint does.
         kept = [Candidate(table.name, "data_parallel", replica, "fixed", "dense")]
     if not kept:
-        topo = workload.topology
-        uvm = topo.compute_device == "cuda" and topo.ddr_cap is None and set(table.compute_kernels) & set(UVM_KERNELS)
-        reason = "; UVM keeps rows in host memory: declare topology.ddr_cap" if uvm else f" ({KERNEL_PAIRS})"
+        reason = "; UVM keeps rows in host memory: declare topology.ddr_cap" if uvm_without_host(workload, table) \
+            else f" ({KERNEL_PAIRS})"
         raise ShardoptError(f"table {table.name!r}: no cut of its sharding_types runs with its compute_kernels"
                             f" {list(table.compute_kernels)}{reason}", kind=ErrorKind.INFEASIBLE)
     return kept
+
+
+def uvm_without_host(workload: Workload, table: Table) -> bool:
+    """The table lists a UVM kernel for a CUDA cluster that declares no host memory (ddr_cap) to
+    hold its rows: what to declare rather than which kernel to give up."""
+    topo = workload.topology
+    return topo.compute_device == "cuda" and topo.ddr_cap is None and bool(set(table.compute_kernels or ()) & set(UVM_KERNELS))
 
 
 def workload_candidates(

@@ -23,7 +23,7 @@ from shardopt.core.placement import Pin, listed
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import SHARDING_TYPES, Workload
 from shardopt.costmodel.base import CostModel
-from shardopt.search.candidates import KERNEL_PAIRS, TORCHREC_TYPES, piece_costs, table_candidates
+from shardopt.search.candidates import KERNEL_PAIRS, TORCHREC_TYPES, piece_costs, table_candidates, uvm_without_host
 from shardopt.search.ilp import MAX_PLACEMENTS
 from shardopt.search.ilp_placement import add_group, holding
 
@@ -244,9 +244,7 @@ def _requirement(workload: Workload, model: _Feasibility, key: tuple, core: list
         used = [cand for x, cand in model.choose[what] if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                 and solver.boolean_value(x)]
         extra = _relaxed(table, used[0]) if used else _unlisted(table, model.types)
-        uvm = set(table.compute_kernels or ()) & {"fused_uvm", "fused_uvm_caching"}
-        host = (", or declare topology.ddr_cap (UVM keeps rows in host memory)"
-                if uvm and not topo.ddr_cap and topo.compute_device == "cuda" else "")
+        host = ", or declare topology.ddr_cap (UVM keeps rows in host memory)" if uvm_without_host(workload, table) else ""
         return Requirement(key, f"{_lists_text(table)} of {what}{_refusal(model, table, bool(host))}",
                            f"allow {extra} for {what}{host}")
     rule = workload.placement[what]

@@ -7,6 +7,7 @@ from typing import Mapping, Optional
 
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType
 
+from shardopt.arithmetic.checks import UVM_KERNELS
 from shardopt.core.errors import ErrorKind, ShardoptError
 from shardopt.core.units import format_bytes
 
@@ -24,9 +25,6 @@ class ShardoptPlannerError(PlannerError, ValueError):
 class ShardoptConstraintsError(ShardoptPlannerError, RuntimeError):
     """Constraints that leave a table no sharding type and kernel: where TorchRec's enumerator
     raises a RuntimeError, so ``except RuntimeError`` still catches it (and ``except PlannerError``)."""
-
-
-UVM_KERNELS = ("fused_uvm", "fused_uvm_caching")  # kernels whose weights may sit in host memory
 
 
 def storage_need(module, sharders, constraints=None, device: str = "cuda", world_size: int = 1) -> tuple[int, int]:
