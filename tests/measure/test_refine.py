@@ -208,3 +208,20 @@ def test_tables_alone_are_measured_only_where_they_fit_the_time_left(machine):
     assert [f for f in calibration.table_factors if f.kernel == "dense"] == list(fake.replicas(model, workload))
     assert row["replicas"] == len(fake.replicas(model, workload))
     assert row["rank_error_after"] < row["rank_error_before"]
+
+
+def test_tables_alone_are_measured_where_no_plan_round_would_fit_after_them(machine, monkeypatch):
+    """A large workload: the tables alone fit the time left, a plan's round and the finalists
+    after it do not. The tables' own factors are kept; no plan is measured."""
+    from shardopt.measure import refine as module
+
+    workload, model, fake = machine
+    monkeypatch.setattr(module, "_round_guess_s", lambda *a: 20.0)  # any round: 20 s, guessed
+    calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
+                                        deadline=time.perf_counter() + 30)
+    fused = [f for f in calibration.table_factors if f.kernel == "fused"]
+    assert fake.calls == 1 and report["rounds"] == [] and report["alone"]["tables"] == len(workload.tables)
+    assert len(fused) == len(workload.tables)
+    calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
+                                        deadline=time.perf_counter() + 10)
+    assert fake.calls == 1 and calibration.table_factors == () and "alone" not in report
