@@ -54,7 +54,8 @@ def refine_line(report: dict) -> str:
     if "skipped" in refined:
         return f" Its plans were not measured: {refined['skipped']}."
     if not refined["rounds"]:
-        return " No time was left to measure its plans: give --budget more seconds."
+        # The tables alone may still have been measured (their factors are in the file).
+        return alone_line(refined) + " No time was left to measure its plans: give --budget more seconds."
     first, last = refined["rounds"][0], refined["rounds"][-1]
     return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
             f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"

@@ -293,3 +293,15 @@ def test_calibrate_for_a_2d_workload_says_its_plans_were_not_measured(runner, tm
     assert "Its tables were not measured alone: a 2D workload" in result.stdout
     model = json.loads(probe.read_text())
     assert "table_factors" not in model["calibration"] and "skipped" in model["report"]["alone"]
+
+
+def test_a_calibration_with_no_plan_measured_still_says_its_tables_were_measured_alone():
+    """A large workload: its tables measured alone, no time left for a plan's round. The summary
+    says both (the tables' factors are in the file)."""
+    from shardopt.cli.calibrate_workload import refine_line
+
+    alone = {"tables": 128, "replicas": 0, "seconds": 102.0, "rank_error_before": 0.261, "rank_error_after": 0.05}
+    line = refine_line({"refine": {"alone": alone, "rounds": []}})
+    assert "Each of its 128 tables measured alone in 102 s" in line and "26.1%" in line
+    assert line.endswith("No time was left to measure its plans: give --budget more seconds.")
+    assert refine_line({"refine": {"rounds": []}}) == " No time was left to measure its plans: give --budget more seconds."
