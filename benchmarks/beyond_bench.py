@@ -15,7 +15,6 @@ benchmarks/results/beyond_bench.md.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import statistics
@@ -28,7 +27,7 @@ from pathlib import Path
 from on_top import machine, put_on_top
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILE = ROOT / "shardopt" / "data" / "profiles" / "cpu-full" / "points.jsonl"
+PROFILE = ROOT / "shardopt" / "data" / "profiles" / "cpu-full"
 
 
 def _synth(folder: Path, ranks: int, tables: int, seed: int) -> Path:
@@ -49,9 +48,11 @@ def _compare(path: Path, rounds: int) -> str:
 
 def _largest_profiled_table() -> float:
     """Bytes of the largest single table the packaged CPU profile measured."""
-    sizes = [p["tables"][0]["rows"] * p["tables"][0]["dim"] * (4 if p["precision"] == "fp32" else 2)
-             for p in map(json.loads, PROFILE.read_text().splitlines()) if p.get("kind") == "tbe" and len(p["tables"]) == 1]
-    return max(sizes)
+    from shardopt.core.layout import DATA_TYPE_BYTES
+    from shardopt.profile.dataset import ProfileDataset
+
+    return max(p["tables"][0]["rows"] * p["tables"][0]["dim"] * DATA_TYPE_BYTES[p["precision"]]
+               for p in ProfileDataset(PROFILE).records("tbe") if len(p["tables"]) == 1)
 
 
 def _alone(path: Path) -> list[str]:

@@ -81,7 +81,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     converged = False
     # Wherever it fits, even with no plan's round after it: a 128-table workload given 300 s
     # measured nothing, its plans 4% slower than the packaged model's (beyond_bench.md).
-    alone = _alone_round(workload, base_model, deadline, device, backend, room=1.0)
+    alone = _alone_round(workload, base_model, deadline, device, backend)
     if alone is not None:
         samples, fitted, alone_row, replicas = alone
         factors = table_factors(workload, fitted)
@@ -141,7 +141,7 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
     (``calibrate --probe --workload``: no plan is measured), and what the report keeps of it;
     without factors where that does not fit before ``deadline``."""
     base = dataclasses.replace(calibration, table_factors=())
-    alone = _alone_round(workload, _model(base, held_out), deadline, device, backend, room=1.0)
+    alone = _alone_round(workload, _model(base, held_out), deadline, device, backend)
     if alone is None:
         return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
                       if measurable(workload) else "more tables than a workload may have ranks"}
@@ -150,16 +150,16 @@ def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Opt
 
 
 def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
-                 backend: str, room: float) -> Optional[tuple[list, dict, dict, tuple[TableFactor, ...]]]:
-    """Each table measured alone (:mod:`shardopt.measure.alone`) where ``room`` times such a
-    round fits before ``deadline``: (its samples, the factors fitted to them, what the report
+                 backend: str) -> Optional[tuple[list, dict, dict, tuple[TableFactor, ...]]]:
+    """Each table measured alone (:mod:`shardopt.measure.alone`) where such a round fits before
+    ``deadline``: (its samples, the factors fitted to them, what the report
     keeps of it, the replicas' factors); else None."""
     made = alone_plan(workload)
     if made is None:
         return None
     alone, plan = made
     # A plan's round does the same lookups as this one (every table once, the same global batch).
-    if time.perf_counter() + _round_guess_s(model, alone, plan) * room >= deadline:
+    if time.perf_counter() + _round_guess_s(model, alone, plan) >= deadline:
         return None
     started = time.perf_counter()
     samples = alone_samples(model, alone, plan, lambda w, p: replay_side_by_side(

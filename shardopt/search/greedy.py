@@ -26,7 +26,7 @@ from shardopt.core.plan import TablePlan
 from shardopt.search.balance import balance_phases
 from shardopt.search.bound import balance_lower_bound
 from shardopt.search.candidates import Candidate, table_plan, workload_candidates
-from shardopt.search.pricing import pieces_max, pieces_total
+from shardopt.search.pricing import distinct, pieces_max, pieces_total
 from shardopt.search.explain import Unplaceable, greedy_failure
 from shardopt.search.hosts import place_host_bound, roomiest, take
 from shardopt.search.rules import RankGuard, same_piece_counts
@@ -210,11 +210,10 @@ def _initial_choice(per_candidate: Sequence[Sequence[ShardCost]], target_ms, kin
     balanced rank's is cut although traffic dominates its total). ``share``: the table's share of a
     balanced rank, per phase and in all (what a fixed cut's piece stands in for)."""
     if isinstance(target_ms, np.ndarray):
-        # Pieces of one shape share one cost object: a cut over 1024 ranks has two distinct ones.
-        # (deduplicated in C first: reading the phases of 1024 pieces one by one was 3 s of 5000 x 1024's
-        # plan under a profiler)
-        distinct = [list(map(rank_phases, dict(zip(map(id, pieces), pieces)).values())) for pieces in per_candidate]
-        peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in distinct]
+        # Pieces of one shape share one cost object: a cut over 1024 ranks has two distinct ones
+        # (reading the phases of 1024 pieces one by one was 3 s of 5000 x 1024's plan under a profiler).
+        phases_of = [list(map(rank_phases, distinct(pieces))) for pieces in per_candidate]
+        peaks = [np.array([max(ph[k] for ph in phases) for k in range(len(PHASES))]) for phases in phases_of]
         own = share[0]
         within = [i for i, peak in enumerate(peaks)
                   if (forced_ms(peak, target_ms, bool(fixed and fixed[i]), own) <= target_ms).all()]
