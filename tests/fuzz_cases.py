@@ -604,7 +604,7 @@ BAD_MODELS = [
     ("not-json", "not json", "malformed JSON"),
     ("list", "[]", "format: not a shardopt cost model"),
     ("format", _m("format", "x"), "format: not a shardopt cost model"),
-    ("version", _m("version", 1), "version: this shardopt reads cost-model version 2"),
+    ("version", _m("version", 1), "version: this shardopt reads cost-model versions 2-3"),
     ("fwd-nan", _m("calibration.fwd.0", float("nan")), "NaN is not a number JSON allows"),
     ("fwd-short", lambda d: _set(d, "calibration.fwd", d["calibration"]["fwd"][:-1]), "calibration.fwd: must hold"),
     ("fwd-negative", _m("calibration.fwd.0", -1.0), "calibration.fwd: must be at least 0"),

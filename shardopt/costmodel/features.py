@@ -7,14 +7,14 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.costmodel.profile_data import KernelShard
-from shardopt.costmodel.terms import BWD_TERMS, FWD_TERMS, shard_terms
+from shardopt.costmodel.terms import BWD_TERMS, LEARNED_FWD_TERMS, shard_terms
 from shardopt.core.hardware import Hardware
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
 FEATURES = (
     "log_rows", "log_cols", "log_lookups", "log_samples", "log_pooling", "log_row_bytes",
-    *(f"log_fwd_{t}" for t in FWD_TERMS), *(f"log_bwd_{t}" for t in BWD_TERMS),
+    *(f"log_fwd_{t}" for t in LEARNED_FWD_TERMS), *(f"log_bwd_{t}" for t in BWD_TERMS),
     *(f"precision_{p}" for p in PRECISIONS), *(f"kernel_{k}" for k in KERNELS),
 )
 
@@ -31,7 +31,7 @@ def shard_features(hw: Hardware, shard: KernelShard) -> np.ndarray:
     ]
     one_hot = [float(shard.table.data_type == p) for p in PRECISIONS]
     one_hot += [float(shard.compute_kernel == k) for k in KERNELS]
-    return np.concatenate([np.log1p(raw), np.log1p(fwd), np.log1p(bwd), one_hot])
+    return np.concatenate([np.log1p(raw), np.log1p(fwd[:len(LEARNED_FWD_TERMS)]), np.log1p(bwd), one_hot])
 
 
 def kernels_features(

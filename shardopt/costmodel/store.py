@@ -22,7 +22,9 @@ from shardopt.core.files import write_atomic
 
 MODEL_FORMAT = "shardopt-cost-model"
 # 2: shards of a kernel share its caches (llc_bytes fitted, llc_bytes and update_hit_bytes terms).
-MODEL_VERSION = 2
+# 3: repeats within an iteration that miss the last level, a forward term (repeat_miss_bytes).
+MODEL_VERSION = 3
+READ_VERSIONS = (2, 3)
 # A transferred model's speed factor per pass, in log: e^7 is over 1000x, more than any two
 # machines one model could speak for.
 MAX_PRIOR_SHIFT = 7.0
@@ -100,13 +102,13 @@ def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
     data = load_json(path, "cost-model file")
     if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
         raise ShardoptError(f"{path}: format: not a shardopt cost model")
-    if data.get("version") != MODEL_VERSION:
+    if data.get("version") not in READ_VERSIONS:
         raise ShardoptError(
-            f"{path}: version: this shardopt reads cost-model version {MODEL_VERSION},"
+            f"{path}: version: this shardopt reads cost-model versions {READ_VERSIONS[0]}-{MODEL_VERSION},"
             f" got {data.get('version')!r}; retrain it with `shardopt train`"
         )
     try:
-        parts = _parts_from_dict(data)
+        parts = _parts_from_dict(_upgraded(data))
     except _Bad as exc:
         raise ShardoptError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -117,6 +119,23 @@ def load_model(path: str | Path) -> tuple[LearnedParts, dict]:
     if not isinstance(meta["hardware"], str):
         raise ShardoptError(f"{path}: hardware: must be a string, got {meta['hardware']!r}")
     return parts, meta
+
+
+def _upgraded(data: dict) -> dict:
+    """A version 2 file as version 3 reads it: no constant for the forward's repeat misses (0,
+    so repeats within an iteration stay hits, as the file was fitted). Its nets read the same
+    features as before (``LEARNED_FWD_TERMS``); shapes are checked after."""
+    if data.get("version") != 2:
+        return data
+    cal = data.get("calibration")
+    if not isinstance(cal, dict):
+        return data
+    cal = dict(cal)
+    if isinstance(cal.get("fwd"), list):
+        cal["fwd"] = [*cal["fwd"], 0.0]
+    if isinstance(cal.get("dense"), dict) and isinstance(cal["dense"].get("fwd"), list):
+        cal["dense"] = {**cal["dense"], "fwd": [*cal["dense"]["fwd"], 0.0]}
+    return {**data, "calibration": cal, "version": MODEL_VERSION}
 
 
 class _Bad(ValueError):

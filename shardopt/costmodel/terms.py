@@ -39,7 +39,11 @@ FWD_TERMS = (
     "miss_bytes_far",
     "uvm_miss_bytes",
     "out_bytes",
+    "repeat_miss_bytes",  # since model version 3; older files read 0 (repeats within an iteration hit)
 )
+# The learned nets read the terms of the files they were trained in (version 2's), so that a
+# version 2 file's nets load unchanged.
+LEARNED_FWD_TERMS = FWD_TERMS[:-1]
 BWD_TERMS = (
     "table",
     "lookup",
@@ -154,7 +158,7 @@ class ShardBasis:
     times. A search prices one shard on an average rank, alone (a bound's floor) and in the
     kernels of the ranks it tries, and only the caches differ between them."""
 
-    __slots__ = ("table", "cols", "lookups", "row_bytes", "cached", "alone", "unique_rows", "unique",
+    __slots__ = ("table", "cols", "lookups", "row_bytes", "cached", "alone", "unique_rows", "unique", "repeat_rows",
                  "in_memory", "outputs", "grad_outputs", "update_bytes", "rows_span", "miss_slot", "fwd_fixed",
                  "bwd_fixed", "dense")
 
@@ -174,6 +178,7 @@ class ShardBasis:
         in_memory = _device_share(rows, row_frac, compute_kernel, ctx.buckets, cache_load_factor)
         self.table, self.cols, self.lookups, self.row_bytes = table, cols, lookups, row_bytes
         self.cached, self.alone, self.unique_rows, self.unique = cached, alone, unique_rows, unique
+        self.repeat_rows = np.maximum(share * cached.rate - unique_rows, 0.0)
         self.in_memory = in_memory
         # Output rows: one pooled row per feature and sample, or (a sequence table) one per id.
         self.outputs = samples * ctx.features if table.pooled else lookups
@@ -233,11 +238,18 @@ def terms_in_cache(
     repeats = max(lookups - b.unique, 0.0)
     if lookups > 0:
         # One cache level (a GPU's), or both holding every row: the same sum once.
-        near_rows = dot(b.unique_rows, b.cached.hit(near_time))
-        llc_rows = near_rows if llc_time == near_time else dot(b.unique_rows, b.cached.hit(llc_time))
+        near_hit = b.cached.hit(near_time)
+        llc_hit = near_hit if llc_time == near_time else b.cached.hit(llc_time)
+        near_rows = dot(b.unique_rows, near_hit)
+        llc_rows = near_rows if llc_time == near_time else dot(b.unique_rows, llc_hit)
+        # Repeats are priced as hits above; the draws among them that Che's approximation would
+        # miss (a row back after the last level let it go) are a term of their own, whose constant
+        # the fit weighs: 0 keeps repeats hits (a version 2 file), a miss's extra cost prices every
+        # draw by Che. Measured on one CPU, the fit chose about a fifth of that.
+        repeat_miss = 0.0 if repeats <= 0 or math.isinf(llc_time) else dot(b.repeat_rows, 1.0 - llc_hit)
         near, hit = (repeats + near_rows) / lookups, (repeats + llc_rows) / lookups
     else:
-        near = hit = 0.0
+        near = hit = repeat_miss = 0.0
     near = min(near, hit)
     miss_bytes = lookups * row_bytes * (1 - hit)
     # The backward pass updates each drawn row less than an iteration after the forward read it:
@@ -261,6 +273,7 @@ def terms_in_cache(
         *fwd_miss,  # miss_bytes_d*, miss_bytes_half
         miss_bytes * in_memory * far,  # miss_bytes_far
         *b.fwd_fixed,  # uvm_miss_bytes; out_bytes: a pooled row per feature, or a row per id
+        repeat_miss * row_bytes * in_memory,  # repeat_miss_bytes
     ]
     bwd_update = [0.0] * (len(DIM_CLASSES) + 1)
     bwd_update[b.miss_slot] = update_miss * in_memory
@@ -299,7 +312,7 @@ def hardware_coefficients(hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
     bwd_mem = 1 / ((hw.bwd_mem_bw_gbps or hw.mem_bw_gbps) * 1e9)
     fwd = dict(
         table=hw.table_us * 1e-6, lookup=hw.lookup_ns * 1e-9, index_bytes=mem, hit_bytes=cache, llc_bytes=cache,
-        accum_bytes=0.0, uvm_miss_bytes=uvm, out_bytes=mem, miss_bytes_half=mem, miss_bytes_far=0.0,
+        accum_bytes=0.0, uvm_miss_bytes=uvm, repeat_miss_bytes=0.0, out_bytes=mem, miss_bytes_half=mem, miss_bytes_far=0.0,
         **{f"miss_bytes_d{d}": mem for d in DIM_CLASSES},
     )
     bwd = dict(

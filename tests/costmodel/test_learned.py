@@ -93,7 +93,7 @@ def _model_json():
     "mutate, message",
     [
         (lambda d: "{not json", "malformed JSON"),
-        (lambda d: {**d, "version": 99}, "version: this shardopt reads cost-model version 2, got 99"),
+        (lambda d: {**d, "version": 99}, "version: this shardopt reads cost-model versions 2-3, got 99"),
         (lambda d: {**d, "format": "other"}, "format: not a shardopt cost model"),
         (lambda d: {k: v for k, v in d.items() if k != "calibration"}, "calibration: must be a mapping"),
     ],

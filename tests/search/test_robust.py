@@ -140,11 +140,6 @@ def test_each_ranks_reweighted_lookups_are_the_dense_sums_floats(world, tables, 
     assert np.array_equal(_in_rank_order(rank, dense[rank, table], world), dense.sum(axis=1))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known weakness (issue 32 notes, 2026-12-06): at 1 s the robust search (LNS from the greedy's 2,2,1,1"
-    " whole tables) misses the column cut the nominal ILP finds. Starting it from the nominal solver's plan"
-    " fixes this toy but not the 24 held-out tasks (their robust score 1.001-1.0015x of that without it, one +5.3%;"
-    " replayed 0.873 vs 0.872), so it is not kept; docs/search.md"))
 def test_each_search_wins_on_its_own_objective():
     workload = _hot_workload()
     model = resolve_model(PlanConfig(), workload)[0]
