@@ -55,7 +55,8 @@ def refine_line(report: dict) -> str:
         return f" Its plans were not measured: {refined['skipped']}."
     if not refined["rounds"]:
         # The tables alone may still have been measured (their factors are in the file).
-        return alone_line(refined) + " No time was left to measure its plans: give --budget more seconds."
+        more = f"about {refined['short_s']} s more" if refined.get("short_s") else "more seconds"
+        return alone_line(refined) + f" No time was left to measure its plans: give --budget {more}."
     first, last = refined["rounds"][0], refined["rounds"][-1]
     return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
             f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -77,10 +78,9 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     samples, seen, rounds = [], set(), []
     factors: tuple[TableFactor, ...] = ()
     fitted: dict[str, tuple[float, float]] = {}
-    plan_s = measure_s = 0.0
+    plan_s = measure_s = short_s = 0.0  # short_s: what the first plan's round lacked, guessed
     converged = False
-    # Wherever it fits, even with no plan's round after it: a 128-table workload given 300 s
-    # measured nothing, its plans 4% slower than the packaged model's (beyond_bench.md).
+    # Wherever it fits, even with no plan's round after it (a 128-table workload, beyond_bench.md).
     alone = _alone_round(workload, base_model, deadline, device, backend)
     if alone is not None:
         samples, fitted, alone_row, replicas = alone
@@ -97,8 +97,8 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         if digest in seen:
             converged = True
             break
-        if not rounds and time.perf_counter() + _round_guess_s(base_model, workload, plan) * (
-                1 + FINALISTS * FINAL_ROUNDS / ROUNDS) >= deadline:
+        need_s = 0.0 if rounds else _round_guess_s(base_model, workload, plan) * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS)
+        if (short_s := time.perf_counter() + need_s - deadline) >= 0:
             break  # not even one round fits (a large world, a slow device): nothing is measured
         seen.add(digest)
         replayed = measure({"plan": plan}, ROUNDS, SEED + len(rounds))["plan"]
@@ -129,6 +129,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
                  + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
     report = {**({"alone": alone[2]} if alone is not None else {}),
+              **({"short_s": math.ceil(short_s)} if short_s > 0 else {}),
               "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
               "rank_error_unfitted": round(rank_error(samples), 4)}

@@ -305,3 +305,6 @@ def test_a_calibration_with_no_plan_measured_still_says_its_tables_were_measured
     assert "Each of its 128 tables measured alone in 102 s" in line and "26.1%" in line
     assert line.endswith("No time was left to measure its plans: give --budget more seconds.")
     assert refine_line({"refine": {"rounds": []}}) == " No time was left to measure its plans: give --budget more seconds."
+    # Where the first plan's round was guessed and fell short, the line says by how much.
+    assert refine_line({"refine": {"alone": alone, "rounds": [], "short_s": 57}}).endswith(
+        "No time was left to measure its plans: give --budget about 57 s more.")

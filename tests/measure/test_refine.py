@@ -222,6 +222,9 @@ def test_tables_alone_are_measured_where_no_plan_round_would_fit_after_them(mach
     fused = [f for f in calibration.table_factors if f.kernel == "fused"]
     assert fake.calls == 1 and report["rounds"] == [] and report["alone"]["tables"] == len(workload.tables)
     assert len(fused) == len(workload.tables)
+    # The round and the finalists after it, guessed, against the < 30 s left: the shortfall reported.
+    need = 20.0 * (1 + module.FINALISTS * module.FINAL_ROUNDS / module.ROUNDS)
+    assert need - 30 <= report["short_s"] <= need
     calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
                                         deadline=time.perf_counter() + 10)
     assert fake.calls == 1 and calibration.table_factors == () and "alone" not in report
