@@ -97,8 +97,8 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         if digest in seen:
             converged = True
             break
-        need_s = 0.0 if rounds else _round_guess_s(base_model, workload, plan) * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS)
-        if (short_s := time.perf_counter() + need_s - deadline) >= 0:
+        if not rounds and (short_s := time.perf_counter() - deadline + _round_guess_s(base_model, workload, plan) * (
+                1 + FINALISTS * FINAL_ROUNDS / ROUNDS)) >= 0:
             break  # not even one round fits (a large world, a slow device): nothing is measured
         seen.add(digest)
         replayed = measure({"plan": plan}, ROUNDS, SEED + len(rounds))["plan"]
