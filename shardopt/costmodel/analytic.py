@@ -17,6 +17,7 @@ from shardopt.costmodel.base import CostModel, ShardCost, slowed
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.constants import Calibration
+from shardopt.costmodel.plan_kernels import kernel_kinds
 from shardopt.costmodel.provenance import Provenance, calibration_provenance
 from shardopt.costmodel.table_factors import factor_of, priced_text
 from shardopt.costmodel.terms import ShardBasis, cache_times, hardware_coefficients, kernel_cache, terms_in_cache
@@ -276,9 +277,10 @@ class AnalyticCostModel(CostModel):
             return 0.0, 0.0, 0.0, 0.0
         hw = self.hardware(workload)
         world = workload.topology.world_size
-        # Data-parallel replicas pool the local batch: a kernel of their own, as in TorchRec.
-        sharded = bool(sharding_types - {"data_parallel"})
-        calls = [d for d, held in ((False, sharded), (True, "data_parallel" in sharding_types)) if held]
+        # TorchRec runs each sharding type as a sharding of its own: a kernel and all-to-alls per
+        # type (plan_kernels); data-parallel replicas pool the local batch in the dense kernel.
+        sharded = len(kernel_kinds(sharding_types) - {"data_parallel"})
+        calls = [False] * sharded + [True] * ("data_parallel" in sharding_types)
         if self.calibration is not None:
             constants = [self.calibration.kernel_constants(d) for d in calls]
             fwd_k, bwd_k = sum(k.fwd_kernel_s for k in constants), sum(k.bwd_kernel_s for k in constants)
@@ -289,8 +291,8 @@ class AnalyticCostModel(CostModel):
         # A fitted latency was measured at this world size; a profile's grows with the peers.
         lat = (hw.comm_latency_us + hw.a2a_peer_us * (world - 1)) * 1e-6 if fitted is None else fitted[0]
         lat = lat if world > 1 else 0.0
-        fwd_comm = 2 * lat if sharded else 0.0  # ids out, pooled embeddings back
-        bwd_comm = (lat if sharded else 0.0) + (2 * lat if "data_parallel" in sharding_types else 0.0)
+        fwd_comm = 2 * lat * sharded  # per type: ids out, pooled embeddings back
+        bwd_comm = lat * sharded + (2 * lat if "data_parallel" in sharding_types else 0.0)
         return fwd_k, bwd_k, fwd_comm, bwd_comm
 
     # -- a whole plan ----------------------------------------------------------------------------
@@ -316,15 +318,17 @@ class AnalyticCostModel(CostModel):
         kinds: dict[int, set[str]] = defaultdict(set)
         ranks = range(workload.topology.world_size) if only is None else [only]
         for rank, kernels in zip(ranks, rank_kernels(workload, tables, workload.topology.compute_device, only)):
-            for members in kernels.values():
-                for placed, cost in zip(members, self._kernel_costs(workload, hw, members)):
-                    acc = sums[rank]
-                    acc[0] += cost.fwd_compute_ms
-                    acc[1] += cost.bwd_compute_ms
-                    acc[2] += cost.fwd_comm_ms
-                    acc[3] += cost.bwd_comm_ms
-                    memory[rank] += cost.hbm_bytes
-                    kinds[rank].add(placed.sharding_type)
+            # A rank's kernels run one after another in its step and share its caches: their
+            # shards are priced together, each kernel's call apart (overheads, per sharding type).
+            members = [placed for group in kernels.values() for placed in group]
+            for placed, cost in zip(members, self._kernel_costs(workload, hw, members)):
+                acc = sums[rank]
+                acc[0] += cost.fwd_compute_ms
+                acc[1] += cost.bwd_compute_ms
+                acc[2] += cost.fwd_comm_ms
+                acc[3] += cost.bwd_comm_ms
+                memory[rank] += cost.hbm_bytes
+                kinds[rank].add(placed.sharding_type)
         curves = self.comm_curves(workload)
         measured_comm = None
         if curves is not None and only is None:

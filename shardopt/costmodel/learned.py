@@ -13,7 +13,7 @@ from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.base import CostModel, ShardCost
 from shardopt.costmodel.comm_source import CommProfile
 from shardopt.costmodel.kernel_net import KernelPredictor, LearnedParts
-from shardopt.costmodel.plan_kernels import PlacedShard, kernel_shard, rank_kernels
+from shardopt.costmodel.plan_kernels import PlacedShard, joined, kernel_kinds, kernel_shard, rank_kernels
 from shardopt.core.hardware import hardware_for
 from shardopt.arithmetic.memory import plan_memory
 from shardopt.core.plan import RankBreakdown, TablePlan
@@ -73,7 +73,7 @@ class LearnedCostModel(CostModel):
         if not sharding_types:
             return 0.0
         empty = self._predictor(workload).kernel_seconds([[]])[0].sum() * 1e3
-        return empty * (int(bool(sharding_types - {"data_parallel"})) + int("data_parallel" in sharding_types))
+        return empty * len(kernel_kinds(sharding_types))  # a kernel per kind, as TorchRec groups
 
     def rank_overhead_ms(self, workload: Workload, sharding_types: set[str]) -> float:
         if not sharding_types:
@@ -86,7 +86,7 @@ class LearnedCostModel(CostModel):
         per_rank = rank_kernels(workload, tables, self.device)
         kernels, owner = [], []
         for rank, groups in enumerate(per_rank):
-            for (precision, _), members in groups.items():
+            for (precision, _), members in joined(groups).items():
                 kernels.append([kernel_shard(workload, p, precision) for p in members])
                 owner.append(rank)
         seconds = predictor.kernel_seconds(kernels) if kernels else np.zeros((0, 2))

@@ -1,7 +1,9 @@
 """A plan as the fused kernels each rank runs: what replay measures and models predict.
 
-Per rank, one kernel per precision holds the rank's shards; data-parallel replicas pool the
-local batch and sit in a kernel of their own, as TorchRec groups them.
+Per rank, one kernel per precision and sharding type holds the rank's shards, as TorchRec groups
+them: each sharding type is a sharding of its own there, with its own lookup modules (and its own
+all-to-alls), so a rank holding whole tables and column pieces runs two kernels. Data-parallel
+replicas pool the local batch in TorchRec's dense kernel.
 """
 
 from __future__ import annotations
@@ -18,7 +20,19 @@ from shardopt.core.plan import TablePlan
 from shardopt.profile.precision import measured_precision
 from shardopt.core.workload import Table, Workload
 
-KernelKey = tuple[str, bool]  # (precision, data-parallel)
+KernelKey = tuple[str, str]  # (precision, sharding type)
+# Kinds a one-piece table may carry interchangeably (the whole table on one rank in each): a
+# planned whole table takes its rank's column cut's kind and joins that kernel
+# (``search/kernel_kinds.py``), as TorchRec's own planner labels whole tables column-wise.
+WHOLE_KINDS = ("table_wise", "column_wise", "table_column_wise")
+COLUMN_KINDS = frozenset(WHOLE_KINDS[1:])
+
+
+def kernel_kinds(sharding_types: set[str]) -> set[str]:
+    """The kinds a rank holding these runs a kernel (and all-to-alls) for: whole tables join a
+    column cut on their rank. A table whose allow-list names table_wise alone cannot, and runs one
+    kernel more than this counts."""
+    return sharding_types - {"table_wise"} if sharding_types & COLUMN_KINDS else set(sharding_types)
 
 
 @dataclass(frozen=True)
@@ -51,12 +65,25 @@ def rank_kernels(
         for shard in tp.shards:
             if only is not None and shard.rank != only:
                 continue
-            key = (key_precision, tp.sharding_type == "data_parallel")
+            key = (key_precision, tp.sharding_type)
             out[0 if only is not None else shard.rank][key].append(
                 PlacedShard(table, tp.sharding_type, shard.offsets[0], shard.sizes[0], shard.sizes[1],
                             tp.compute_kernel, tp.cache_load_factor)
             )
     return [dict(sorted(groups.items())) for groups in out]
+
+
+def joined(groups: dict[KernelKey, list[PlacedShard]]) -> dict[KernelKey, list[PlacedShard]]:
+    """A rank's kernels with its whole table-wise shards in the kernel of a column kind of their
+    precision, where the rank holds one (as ``search/kernel_kinds.py`` labels them, and
+    :func:`kernel_kinds` counts): for a model that prices each kernel's shards together."""
+    out = dict(groups)
+    for (precision, kind), members in groups.items():
+        column = next((k for k in sorted(out) if k[0] == precision and k[1] in COLUMN_KINDS), None)
+        if kind == "table_wise" and column is not None:
+            out[column] = out[column] + members
+            del out[(precision, kind)]
+    return out
 
 
 def kernel_shard(workload: Workload, placed: PlacedShard, precision: str) -> KernelShard:

@@ -109,12 +109,12 @@ def rank_samples(model, workload: "Workload", tables: Sequence["TablePlan"],
     for rank, kernels in enumerate(rank_kernels(workload, tables, workload.topology.compute_device)):
         per_table: dict[str, list[float]] = {}
         kinds = set()
-        for members in kernels.values():
-            for placed, cost in zip(members, model._kernel_costs(workload, hw, members)):
-                acc = per_table.setdefault(base_name(placed.table.name), [0.0, 0.0])
-                acc[0] += cost.fwd_compute_ms
-                acc[1] += cost.bwd_compute_ms
-                kinds.add(placed.sharding_type)
+        members = [placed for group in kernels.values() for placed in group]  # as AnalyticCostModel._placed
+        for placed, cost in zip(members, model._kernel_costs(workload, hw, members)):
+            acc = per_table.setdefault(base_name(placed.table.name), [0.0, 0.0])
+            acc[0] += cost.fwd_compute_ms
+            acc[1] += cost.bwd_compute_ms
+            kinds.add(placed.sharding_type)
         o_fwd, o_bwd, _, _ = model.overheads(workload, kinds)
         out.append(RankSample((o_fwd * 1e3, o_bwd * 1e3), {k: (v[0], v[1]) for k, v in per_table.items()},
                               (float(measured[rank][0]), float(measured[rank][1]))))

@@ -1,11 +1,11 @@
 """Replay: measure a plan (ours or anyone's) on this machine's real lookup kernels.
 
-For each rank, one fused kernel per precision holds that rank's shards (data-parallel replicas in
-a kernel of their own, since they pool the local batch only). Each kernel is fed the lookups its
+For each rank, one fused kernel per precision and sharding type holds that rank's shards, as
+TorchRec groups them (data-parallel replicas pool the local batch only). Each kernel is fed the lookups its
 rank really receives for one global batch drawn from the workload's access distributions:
 row-wise shards get the ids in their row range, column-wise shards every id of their table,
 data-parallel replicas the rank's local batch. Forward and backward (with the fused optimizer
-update) are timed with warm-up and medians. Communication is not measured here (one machine has no
+update) are timed with warm-up and medians, a rank's kernels one after another as its step runs them. Communication is not measured here (one machine has no
 cluster's links): it comes by the comm-source rule (:func:`comm_for`), as the prediction's does.
 """
 
@@ -30,7 +30,7 @@ from shardopt.contracts import Breakdown
 from shardopt.core.plan import Plan, RankBreakdown, TablePlan
 from shardopt.profile.kernels import KernelSpec, resolve_backend
 from shardopt.profile.precision import measured_precision
-from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel
+from shardopt.profile.tbe import DISTINCT_BATCHES, PreparedKernel, time_kernels
 from shardopt.core.workload import Workload
 
 
@@ -213,24 +213,23 @@ class PlanReplay:
         return self.workload.topology.world_size
 
     def build_rank(self, rank: int) -> list[PreparedKernel]:
-        """The rank's fused kernels (one per precision, replicas apart), built with their inputs."""
+        """The rank's kernels (one per precision and sharding type, as TorchRec groups), built with their inputs."""
         groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
         return [
             PreparedKernel([spec for spec, _ in members], [list(b) for b in zip(*(bags for _, bags in members))],
-                           backend=self.backend, device=self.device, precision=precision, dense=replicas)
-            for (precision, replicas), members in sorted(groups.items())
+                           backend=self.backend, device=self.device, precision=precision,
+                           dense=kind == "data_parallel")
+            for (precision, kind), members in sorted(groups.items())
         ]
 
     def time_rank(self, rank: int, kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> RankReplay:
-        fwd = bwd = fwd_spread = bwd_spread = 0.0
-        for kernel in kernels:
-            m = kernel.time(warmup, iters)
-            check_interrupted()  # a Ctrl-C that landed in a finalizer was swallowed: stop here
-            fwd += m.fwd.median_us / 1e3
-            bwd += m.bwd.median_us / 1e3
-            fwd_spread += (m.fwd.p75_us - m.fwd.p25_us) / 1e3
-            bwd_spread += (m.bwd.p75_us - m.bwd.p25_us) / 1e3
-        return self.rank_replay(rank, fwd, bwd, fwd_spread, bwd_spread, len(kernels))
+        """The rank's kernels timed together, as its step runs them (:func:`time_kernels`)."""
+        if not kernels:
+            return self.rank_replay(rank, 0.0, 0.0)
+        fwd, bwd = time_kernels(kernels, warmup, iters)
+        check_interrupted()  # a Ctrl-C that landed in a finalizer was swallowed: stop here
+        return self.rank_replay(rank, fwd.median_us / 1e3, bwd.median_us / 1e3, (fwd.p75_us - fwd.p25_us) / 1e3,
+                                (bwd.p75_us - bwd.p25_us) / 1e3, len(kernels))
 
     def rank_replay(self, rank, fwd, bwd, fwd_spread=0.0, bwd_spread=0.0, kernels=0) -> RankReplay:
         fcomm, bcomm = self.comm_ms[rank]

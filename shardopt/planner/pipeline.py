@@ -13,6 +13,7 @@ from shardopt.core.plan import PLAN_FORMAT, PLAN_VERSION, Plan, Predicted, Searc
 from shardopt.contracts import STAGE_LOGGER, Breakdown, Search
 from shardopt.search.conflict import find_conflict
 from shardopt.search.ilp import IlpSearch
+from shardopt.search.kernel_kinds import share_kernels
 from shardopt.arithmetic.placement import placement_violations
 from shardopt.core.workload import Workload
 from shardopt.costmodel.uncertainty import Doubt, sensitivity
@@ -41,12 +42,13 @@ def plan_workload(
             if explained is not None:
                 raise ShardoptError(f"{source}: {explained.line}", exc.kind, explained.details) from None
         raise ShardoptError(f"{source}: {exc}", exc.kind, exc.details) from None
+    tables = share_kernels(workload, result.tables)  # TorchRec runs a kernel per kind on a rank
     if workload.placement:
-        broken = placement_violations(workload, result.tables)
+        broken = placement_violations(workload, tables)
         if broken:  # every search honours the rules: a plan that breaks one is a bug, never output
             raise AssertionError(f"{search.name} broke a placement rule: {broken[0]}")
     log.info("the plan's breakdown%s", " and sensitivity" if doubt is not None else "")
-    per_rank = tuple(cost_model.breakdown(workload, result.tables))
+    per_rank = tuple(cost_model.breakdown(workload, tables))
     objective = search.objective
     predicted = Predicted(
         cost_model=cost_model.name,
@@ -60,14 +62,14 @@ def plan_workload(
             robust=objective.robust if objective else None,
         ),
         comm_source=cost_model.comm_choice(workload).label if workload.topology.world_size > 1 else None,
-        sensitivity=sensitivity(workload, cost_model, result.tables, doubt) if doubt is not None else None,
+        sensitivity=sensitivity(workload, cost_model, tables, doubt) if doubt is not None else None,
     )
     return Plan(
         format=PLAN_FORMAT,
         version=PLAN_VERSION,
         workload=WorkloadRef(name=workload.name, sha256=sha256),
         world_size=workload.topology.world_size,
-        tables=result.tables,
+        tables=tables,
         predicted=predicted,
     )
 

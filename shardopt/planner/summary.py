@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from shardopt.contracts import PHASES, Breakdown
+from shardopt.costmodel.plan_kernels import COLUMN_KINDS
 from shardopt.core.plan import Plan, Predicted, RankBreakdown
 from shardopt.core.units import format_bytes
 from shardopt.core.workload import Workload
@@ -234,7 +235,10 @@ def plan_summary(workload: Workload, plan: Plan, hardware: str) -> str:
     lines.extend(statistics_line(workload))
     lines.extend(placement_lines(workload))
     kinds = Counter(t.sharding_type for t in plan.tables)
-    lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    whole = sum(t.sharding_type in COLUMN_KINDS and len(t.shards) == 1 for t in plan.tables)
+    lines.append("sharding: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+                 + (f"; {whole} of the column kinds are whole tables in one piece (TorchRec runs them in"
+                    " the kernel of their rank's column cut)" if whole else ""))
     tiered = [t for t in plan.tables if t.compute_kernel == "fused_uvm_caching"]
     if tiered:
         factors = sorted({t.cache_load_factor for t in tiered if t.cache_load_factor is not None})

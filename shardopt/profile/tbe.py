@@ -83,6 +83,21 @@ class PreparedKernel:
         return KernelMeasurement(self.kernel.backend, fwd, bwd, self.lookups, self.unique_rows)
 
 
+def time_kernels(kernels: Sequence[PreparedKernel], warmup: int, iters: int) -> tuple[Timing, Timing]:
+    """Several kernels of one rank timed as a step runs them: every forward in turn, then every
+    backward. Each timed in a loop of its own instead, a kernel keeps its rows in cache from one
+    iteration to the next, which in a step the rank's other kernels take back: one table split off
+    into a second kernel cost 7-10% more forward timed so, and looked no dearer timed apart
+    (``benchmarks/results/kernel_groups.md``)."""
+    return time_forward_backward(
+        lambda: [k.kernel.forward(k._batch()) for k in kernels],
+        lambda outs: [k.kernel.backward(out, k.grad) for k, out in zip(kernels, outs)],
+        device=kernels[0].device,
+        warmup=warmup,
+        iters=iters,
+    )
+
+
 def measure_kernel(
     specs: Sequence[KernelSpec],
     batches: Sequence[Sequence[Bags]],

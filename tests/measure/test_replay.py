@@ -59,7 +59,7 @@ def test_data_parallel_replicas_get_the_local_batch(good):
     plan = _recut(plan, 2, "data_parallel", [(0, 0, 300, 16), (1, 0, 300, 16)])
     batches = _batches(workload)
     groups = _rank_bags(workload, plan, 1, [batches])
-    dp = [b for (precision, is_dp), members in groups.items() if is_dp for _, (b,) in members]
+    dp = [b for (precision, kind), members in groups.items() if kind == "data_parallel" for _, (b,) in members]
     assert len(dp) == 1 and len(dp[0].lengths) == workload.batch_size
     assert np.array_equal(dp[0].lengths, batches["country"].lengths[workload.batch_size :])
 
@@ -229,3 +229,30 @@ def test_replay_cli_builds_each_rank_as_often_as_builds_says(runner, monkeypatch
     assert sorted(built) == [0, 0, 0, 1, 1, 1]  # three builds by default
     bad = run_cli(runner, "replay", DATA / "good.yaml", DATA / "good_plan.json", "--builds", "0")
     assert bad.exit_code == 2 and "--builds" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_ranks_kernels_are_timed_as_its_step_runs_them():
+    """Every forward in turn, then every backward, in one loop: not each kernel in a loop of its own,
+    where it would keep its rows in cache that the rank's other kernels take back in a step."""
+    from shardopt.profile.tbe import time_kernels
+
+    calls = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name, self.device, self.grad = name, "cpu", None
+            self.kernel = self
+
+        def _batch(self):
+            return None
+
+        def forward(self, _):
+            calls.append(("fwd", self.name))
+            return self.name
+
+        def backward(self, out, _):
+            calls.append(("bwd", out))
+
+    fwd, bwd = time_kernels([Fake("a"), Fake("b")], warmup=1, iters=2)
+    assert fwd.runs == 2 and bwd.runs == 2
+    assert calls == [("fwd", "a"), ("fwd", "b"), ("bwd", "a"), ("bwd", "b")] * 3
