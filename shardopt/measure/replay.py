@@ -1,12 +1,13 @@
 """Replay: measure a plan (ours or anyone's) on this machine's real lookup kernels.
 
 For each rank, one fused kernel per precision and sharding type holds that rank's shards, as
-TorchRec groups them (data-parallel replicas pool the local batch only). Each kernel is fed the lookups its
-rank really receives for one global batch drawn from the workload's access distributions:
-row-wise shards get the ids in their row range, column-wise shards every id of their table,
-data-parallel replicas the rank's local batch. Forward and backward (with the fused optimizer
-update) are timed with warm-up and medians, a rank's kernels one after another as its step runs them. Communication is not measured here (one machine has no
-cluster's links): it comes by the comm-source rule (:func:`comm_for`), as the prediction's does.
+TorchRec groups them (data-parallel replicas pool the local batch only). Each kernel is fed the
+lookups its rank really receives for one global batch drawn from the workload's access
+distributions: row-wise shards get the ids in their row range, column-wise shards every id of
+their table, data-parallel replicas the rank's local batch. Forward and backward (with the fused
+optimizer update) are timed with warm-up and medians, a rank's kernels one after another as its
+step runs them. Communication is not measured here (one machine has no cluster's links): it comes
+by the comm-source rule (:func:`comm_for`), as the prediction's does.
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ class PlanReplay:
         return self.workload.topology.world_size
 
     def build_rank(self, rank: int) -> list[PreparedKernel]:
-        """The rank's kernels (one per precision and sharding type, as TorchRec groups), built with their inputs."""
+        """The rank's kernels (one per precision and sharding type, as TorchRec groups them), built
+        with their inputs."""
         groups = _rank_bags(self.workload, self.plan, rank, self.batches, self.device)
         return [
             PreparedKernel([spec for spec, _ in members], [list(b) for b in zip(*(bags for _, bags in members))],
