@@ -9,9 +9,9 @@ replicas pool the local batch in TorchRec's dense kernel.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Mapping, Sequence
 
 from shardopt.arithmetic.traffic import shard_lookups, shard_samples
 from shardopt.contracts import ShardSpec
@@ -21,11 +21,17 @@ from shardopt.profile.precision import measured_precision
 from shardopt.core.workload import Table, Workload
 
 KernelKey = tuple[str, str]  # (precision, sharding type)
-# Kinds a one-piece table may carry interchangeably (the whole table on one rank in each): a
+# Kinds a whole table may carry in one piece as well as table_wise (the same rows on one rank): a
 # planned whole table takes its rank's column cut's kind and joins that kernel
 # (``search/kernel_kinds.py``), as TorchRec's own planner labels whole tables column-wise.
-WHOLE_KINDS = ("table_wise", "column_wise", "table_column_wise")
-COLUMN_KINDS = frozenset(WHOLE_KINDS[1:])
+COLUMN_KINDS = frozenset({"column_wise", "table_column_wise"})
+
+
+def column_kind(counts: Mapping[str, int], allowed: Collection[str] = COLUMN_KINDS) -> str | None:
+    """The column kind a rank's whole tables join: of the ``allowed`` column kinds the rank holds
+    (``counts``: its shards per kind), the commonest, by name on a tie; None where it holds none."""
+    held = [k for k, n in counts.items() if n and k in COLUMN_KINDS and k in allowed]
+    return min(held, key=lambda k: (-counts[k], k)) if held else None
 
 
 def kernel_kinds(sharding_types: set[str]) -> set[str]:
@@ -74,16 +80,19 @@ def rank_kernels(
 
 
 def joined(groups: dict[KernelKey, list[PlacedShard]]) -> dict[KernelKey, list[PlacedShard]]:
-    """A rank's kernels with its whole table-wise shards in the kernel of a column kind of their
-    precision, where the rank holds one (as ``search/kernel_kinds.py`` labels them, and
-    :func:`kernel_kinds` counts): for a model that prices each kernel's shards together."""
-    out = dict(groups)
+    """A rank's kernels with its whole table-wise shards moved to the column kind they take there
+    (:func:`column_kind`, as ``search/kernel_kinds.py`` labels them and :func:`kernel_kinds`
+    counts): for a model that prices each kernel's shards together."""
+    counts: Counter = Counter()
+    for (_, kind), members in groups.items():
+        counts[kind] += len(members)
+    column = column_kind(counts)
+    if column is None:
+        return groups
+    out: dict[KernelKey, list[PlacedShard]] = defaultdict(list)
     for (precision, kind), members in groups.items():
-        column = next((k for k in sorted(out) if k[0] == precision and k[1] in COLUMN_KINDS), None)
-        if kind == "table_wise" and column is not None:
-            out[column] = out[column] + members
-            del out[(precision, kind)]
-    return out
+        out[(precision, column if kind == "table_wise" else kind)] += members
+    return dict(sorted(out.items()))
 
 
 def kernel_shard(workload: Workload, placed: PlacedShard, precision: str) -> KernelShard:

@@ -17,12 +17,12 @@ from typing import Sequence
 
 from shardopt.core.plan import TablePlan
 from shardopt.core.workload import Workload
-from shardopt.costmodel.plan_kernels import COLUMN_KINDS
+from shardopt.costmodel.plan_kernels import COLUMN_KINDS, column_kind
 
 
 def share_kernels(workload: Workload, tables: Sequence[TablePlan]) -> tuple[TablePlan, ...]:
     """``tables`` with each whole table-wise table relabelled to the column kind its rank holds
-    (the commonest there, by name on a tie) where its allow-list permits, as
+    (:func:`~shardopt.costmodel.plan_kernels.column_kind`) where its allow-list permits, as
     :func:`~shardopt.costmodel.plan_kernels.kernel_kinds` prices it. Ranks, rows and bytes are
     unchanged; ranks without a column kind keep their labels."""
     held: dict[int, Counter] = defaultdict(Counter)  # per rank, the column kinds of its shards
@@ -33,12 +33,8 @@ def share_kernels(workload: Workload, tables: Sequence[TablePlan]) -> tuple[Tabl
     out = []
     for tp in tables:
         kinds = held.get(tp.shards[0].rank) if _whole_table_wise(workload, tp) else None
-        if kinds:
-            allowed = workload.table(tp.name).allowed_sharding_types
-            choice = sorted((k for k in kinds if k in allowed), key=lambda k: (-kinds[k], k))
-            if choice:
-                tp = dataclasses.replace(tp, sharding_type=choice[0])
-        out.append(tp)
+        kind = column_kind(kinds, workload.table(tp.name).allowed_sharding_types) if kinds else None
+        out.append(dataclasses.replace(tp, sharding_type=kind) if kind else tp)
     return tuple(out)
 
 

@@ -58,7 +58,10 @@ def test_the_commonest_column_kind_on_the_rank_wins():
     w = _workload(4)
     tables = (_columns("t0", [0, 1], 1000, 64, "table_column_wise"), _columns("t1", [0, 2], 1001, 64),
               _columns("t2", [0, 1], 1002, 64, "table_column_wise"), _whole("t3", 0, 1003, 64))
-    assert share_kernels(w, tables)[3].sharding_type == "table_column_wise"
+    shared = share_kernels(w, tables)
+    assert shared[3].sharding_type == "table_column_wise"
+    for model in (AnalyticCostModel(), resolve_cost_model("learned", w)[0]):  # the same rule prices it
+        assert model.breakdown(w, shared) == model.breakdown(w, tables)
 
 
 def test_overheads_count_a_kernel_per_kind_with_whole_tables_in_the_column_kernel():
