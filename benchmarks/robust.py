@@ -14,10 +14,10 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
 - ``noise``: each table's compute off by its own log-normal factor (log-sd ``--noise``, stable per
   table name), ``-off`` / ``-on`` likewise;
 - ``probe`` / ``probe-on``: with ``--probe``, a model from ``shardopt calibrate --probe --workload`` of
-  the task (20 s: the packaged model rescaled per pass, then each table measured alone and priced
-  by it, and each table it may replicate measured as a replica: :mod:`shardopt.measure.alone`), its
-  analytic part, ``--robust`` auto (off: measured here) / on; ``probe-fused``: that model without
-  its replicas' factors (replicas priced by the model alone);
+  the task (20 s: the packaged model rescaled per pass on points that include the task's own
+  kernels, and each table it may replicate measured as a replica: :mod:`shardopt.measure.alone`),
+  its analytic part, ``--robust`` auto (off: measured here) / on; ``probe-fused``: that model
+  without its replicas' factors (replicas priced by the model alone);
 - ``foreign-on`` / ``foreign-off``: with ``--foreign FILE``, a model fitted on another machine
   (``benchmarks/models/cpu-avx2.json``), robust / nominal: wrong as a user's CPU finds the packaged one;
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the

@@ -1,5 +1,5 @@
-"""``calibrate --workload``'s own parts: the workload's kernels, its plans measured and its tables
-measured alone (:mod:`shardopt.measure.refine`), and the lines that say what they found."""
+"""``calibrate --workload``'s own parts: the workload's kernels, its plans measured and its replicas
+measured (:mod:`shardopt.measure.refine`), and the lines that say what they found."""
 
 from __future__ import annotations
 
@@ -12,23 +12,23 @@ from shardopt.core.errors import ShardoptError
 
 def refined(workload, parts, report: dict, deadline: float, device: str, backend: str, *, probe: bool):
     """``parts`` with the analytic calibration's tables priced by what was measured of the workload:
-    its tables alone and then its own plans (:func:`shardopt.measure.refine.refine`, progress
-    printed), or with ``probe`` its tables alone only (:func:`shardopt.measure.refine.alone_refined`);
-    what was measured goes into ``report`` (``refine`` or ``alone``)."""
+    its replicas and then its own plans (:func:`shardopt.measure.refine.refine`, progress printed),
+    or with ``probe`` its replicas only (:func:`shardopt.measure.refine.replicas_refined`); what was
+    measured goes into ``report`` (``refine`` or ``replicas``)."""
     import dataclasses
 
     from shardopt.costmodel.registry import held_out_error
-    from shardopt.measure.refine import alone_refined, refine
+    from shardopt.measure.refine import refine, replicas_refined
 
-    key, what = ("alone", "its tables measured alone") if probe else ("refine", "its plans measured")
+    key, what = ("replicas", "its replicas measured") if probe else ("refine", "its plans measured")
     if workload.parallelism is not None:
         report[key] = {"skipped": "a 2D workload: plan one group (drop the parallelism block, world_size the"
                                   f" group's size) to have {what}"}
         return parts
     held_out = held_out_error(report, "analytic")
     if probe:
-        calibration, report[key] = alone_refined(workload, parts.calibration, held_out=held_out, deadline=deadline,
-                                                 device=device, backend=backend)
+        calibration, report[key] = replicas_refined(workload, parts.calibration, held_out=held_out, deadline=deadline,
+                                                    device=device, backend=backend)
     else:
         calibration, report[key] = refine(
             workload, parts.calibration, held_out=held_out, deadline=deadline, device=device, backend=backend,
@@ -36,15 +36,17 @@ def refined(workload, parts, report: dict, deadline: float, device: str, backend
     return dataclasses.replace(parts, calibration=calibration)
 
 
-def alone_line(report: dict) -> str:
-    alone = report.get("alone")
-    if not alone:
+def replicas_line(report: dict) -> str:
+    replicas = report.get("replicas")
+    if not replicas:
         return ""
-    if "skipped" in alone:
-        return f" Its tables were not measured alone: {alone['skipped']}."
-    replicas = f" (and the {alone['replicas']} it may replicate, as replicas)" if alone.get("replicas") else ""
-    return (f" Each of its {alone['tables']} tables measured alone{replicas} in {alone['seconds']:g} s: the model off"
-            f" by {alone['rank_error_before']:.1%} per table before its factor, {alone['rank_error_after']:.1%} after.")
+    if "skipped" in replicas:
+        return f" Its replicas were not measured: {replicas['skipped']}."
+    if not replicas["replicas"]:
+        return " None of its tables may be replicated: no replica to measure."
+    count = replicas["replicas"]
+    tables, as_what = ("table", "a replica") if count == 1 else ("tables", "replicas")
+    return f" The {count} {tables} it may replicate measured as {as_what} in {replicas['seconds']:g} s."
 
 
 def refine_line(report: dict) -> str:
@@ -54,9 +56,9 @@ def refine_line(report: dict) -> str:
     if "skipped" in refined:
         return f" Its plans were not measured: {refined['skipped']}."
     if not refined["rounds"]:
-        # The tables alone may still have been measured (their factors are in the file).
+        # The replicas may still have been measured (their factors are in the file).
         more = f"about {refined['short_s']} s more" if refined.get("short_s") else "more seconds"
-        return alone_line(refined) + f" No time was left to measure its plans: give --budget {more}."
+        return replicas_line(refined) + f" No time was left to measure its plans: give --budget {more}."
     first, last = refined["rounds"][0], refined["rounds"][-1]
     return (f" The workload's own plans, measured in {len(refined['rounds'])} rounds: slowest rank"
             f" {first['slowest_over_mean']:.2f}x the mean in the first, {last['slowest_over_mean']:.2f}x in the last;"

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from shardopt.cli.app import Interrupted, command_line, main, warn
-from shardopt.cli.calibrate_workload import alone_line, read_workload_kernels, refine_line, refined
+from shardopt.cli.calibrate_workload import read_workload_kernels, refine_line, refined, replicas_line
 from shardopt.cli.options import BUDGET, COMM_PROFILE_HELP, SEED, TIME_LIMIT
 from shardopt.contracts import DEFAULT_TIME_LIMIT_S
 from shardopt.core.errors import ShardoptError
@@ -67,7 +67,7 @@ PROBE_MIN_KERNELS = 6
 # calibrate --workload: the share of the budget for measuring the workload's own plans, after the
 # fit (shardopt.measure.refine): what sets its plan, measured, where the grid only pins the terms.
 REFINE_SHARE = 0.35
-# calibrate --probe --workload: the share for measuring each of its tables alone, after the rescale.
+# calibrate --probe --workload: the share for measuring its replicas, after the rescale.
 PROBE_ALONE_SHARE = 0.4
 
 
@@ -163,8 +163,8 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
         f"wrote {output}: {swept.measured + swept.skipped} points measured in {measured_s:.0f} s, fitted"
         f"{' and its plans measured' if 'refine' in report else ''} in"
         f" {time.perf_counter() - started - measured_s:.0f} s; {'its own (in-sample) kernels' if probe else 'held-out kernel'}"
-        f" {_held_out(report)}.{refine_line(report)}{alone_line(report)}"
-        f" Plan with --cost-model {'analytic' if 'refine' in report or 'alone' in report else 'learned'}@{output}"
+        f" {_held_out(report)}.{refine_line(report)}{replicas_line(report)}"
+        f" Plan with --cost-model {'analytic' if 'refine' in report or 'replicas' in report else 'learned'}@{output}"
     )
 
 

@@ -1,27 +1,24 @@
-"""Each table of a workload measured alone: the first thing ``calibrate --workload`` fits.
+"""Tables measured alone: each replica the search may choose, timed in TorchRec's dense kernel
+(``calibrate --workload``'s replica factors), and the plan that puts every table on a rank of its
+own (``benchmarks/beyond_bench.py``).
 
-A plan's measured rank is one sum over several tables, so a round of four ranks tells the fit
-four sums of thirty unknowns, and the first rounds' plans rest on the model's own prices. On a
-CPU the packaged model never saw, those were 0.4 log-sd off per table (backward: per distinct row
-updated, not per byte), in ways no variant of the model could guess. One replay with every table
-on a rank of its own, the same global batch, prices each table directly: a rank's time is its
-kernel overhead plus its one table, as :mod:`shardopt.costmodel.table_factors` fits it.
+Tables in the fused kernel are not priced from measurements alone: on the 2-core AMD VM, factors
+fitted to each table alone put the model further off the measured ranks of the workload's plans
+(0.075 against 0.054 per rank; with another CPU's model rescaled, 0.141 against 0.075:
+``benchmarks/results/alone_factors.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Optional
 
 from shardopt.core.fields import MAX_WORLD
 from shardopt.core.plan import Plan, Shard, TablePlan, WorkloadRef
 from shardopt.core.workload import Workload, workload_from_dict, workload_to_dict
-from shardopt.costmodel.table_factors import MAX_LOG_FACTOR, RankSample, TableFactor, rank_samples
+from shardopt.costmodel.table_factors import MAX_LOG_FACTOR, TableFactor
 
 ALONE_HBM = 2**50  # a measurement, not a plan: no rank is short of memory
-# A table measured alone is its own price; a plan's rank is a sum the fit must share out over its
-# tables. So in the fit one table alone counts as this many measured ranks.
-ALONE_WEIGHT = 10.0
 # The last rank holds a table with next to nothing to look up: its time is what any kernel costs
 # (on a 2-core AMD VM 0.24 ms forward, 0.12 ms backward: 1.7x and 1.3x the packaged model's figures),
 # taken off every table's.
@@ -57,17 +54,6 @@ def alone_plan(workload: Workload) -> Optional[tuple[Workload, Plan]]:
                    for i, t in enumerate(alone.tables))
     return alone, Plan(format="shardopt-plan", version=3, workload=WorkloadRef(name=alone.name),
                        world_size=count + 1, tables=tables)
-
-
-def alone_samples(model, alone: Workload, plan: Plan,
-                  measure: Callable[[Workload, Plan], list]) -> list[RankSample]:
-    """Each table's measured rank (``measure`` replays ``plan`` of ``alone`` and gives its ranks),
-    priced by ``model`` beside what was measured, less the empty kernel's time."""
-    replayed = measure(alone, plan)
-    *samples, empty = rank_samples(model, alone, plan.tables, [(r.fwd_compute_ms, r.bwd_compute_ms) for r in replayed])
-    (own,) = empty.tables.values()  # the empty table's few lookups, as the model prices them
-    overhead = tuple(max(0.0, m - c) for m, c in zip(empty.measured_ms, own))
-    return [replace(s, overhead_ms=overhead, weight=ALONE_WEIGHT) for s in samples]
 
 
 def replicable(model, workload: Workload) -> list:

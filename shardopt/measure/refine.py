@@ -30,7 +30,7 @@ from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.constants import Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
-from shardopt.measure.alone import alone_plan, alone_samples, measurable, replica_factors
+from shardopt.measure.alone import replica_factors, replicable
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
@@ -44,6 +44,9 @@ SEED = 7919  # the refinement's batches: not the seed-0 batches replay and the b
 TIMED_ITERS = SIDE_BY_SIDE_WARMUP + SIDE_BY_SIDE_ITERS  # each rank's runs in one round
 BUILD_BYTES_PER_S = 1e9
 MARGIN = 2.0
+# A replica's runs when it is timed (alone.replica_factors: warm-up and timed iterations over three
+# batches), guessed before it is measured.
+REPLICA_RUNS = 3 * (2 + 7)
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,13 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     fitted: dict[str, tuple[float, float]] = {}
     plan_s = measure_s = short_s = 0.0  # short_s: what the first plan's round lacked, guessed
     converged = False
-    # Wherever it fits, even with no plan's round after it (a 128-table workload, beyond_bench.md).
-    alone = _alone_round(workload, base_model, deadline, device, backend)
-    if alone is not None:
-        samples, fitted, alone_row, replicas = alone
-        factors = table_factors(workload, fitted)
-        if progress:
-            progress(f"each table measured alone ({alone_row['tables']} tables): the model off by"
-                     f" {alone_row['rank_error_before']:.1%} per table before the fit")
+    # The replicas' factors, wherever they fit; no table is measured alone: its factor would put the
+    # model further off a plan's measured ranks (benchmarks/results/alone_factors.md).
+    made = _replica_round(workload, base_model, deadline, device, backend)
+    if made is not None:
+        replicas, replica_row = made
+        if progress and replicas:
+            progress(f"each table it may replicate measured as a replica ({len(replicas)} of them)")
     # Room for one more round and for the finalists' side-by-side after it.
     while time.perf_counter() + plan_s + measure_s * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS) < deadline:
         started = time.perf_counter()
@@ -128,7 +130,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         steps = final["steps_ms"]
         progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
                  + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
-    report = {**({"alone": alone[2]} if alone is not None else {}),
+    report = {**({"replicas": made[1]} if made is not None else {}),
               **({"short_s": math.ceil(short_s)} if short_s > 0 else {}),
               "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
@@ -136,41 +138,34 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     return dataclasses.replace(base, table_factors=chosen + replicas), report
 
 
-def alone_refined(workload: Workload, calibration: Calibration, *, held_out: Optional[float], deadline: float,
-                  device: str = "cpu", backend: str = "auto") -> tuple[Calibration, dict]:
-    """``calibration`` with each table's factor fitted to the table measured alone
-    (``calibrate --probe --workload``: no plan is measured), and what the report keeps of it;
-    without factors where that does not fit before ``deadline``."""
+def replicas_refined(workload: Workload, calibration: Calibration, *, held_out: Optional[float], deadline: float,
+                     device: str = "cpu", backend: str = "auto") -> tuple[Calibration, dict]:
+    """``calibration`` with the replicas' factors (``calibrate --probe --workload``: no plan is
+    measured), and what the report keeps of it; without them where they do not fit before
+    ``deadline``."""
     base = dataclasses.replace(calibration, table_factors=())
-    alone = _alone_round(workload, _model(base, held_out), deadline, device, backend)
-    if alone is None:
-        return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"
-                      if measurable(workload) else "more tables than a workload may have ranks"}
-    _, fitted, row, replicas = alone
-    return dataclasses.replace(base, table_factors=table_factors(workload, fitted) + replicas), row
-
-
-def _alone_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
-                 backend: str) -> Optional[tuple[list, dict, dict, tuple[TableFactor, ...]]]:
-    """Each table measured alone (:mod:`shardopt.measure.alone`) where such a round fits before
-    ``deadline``: (its samples, the factors fitted to them, what the report
-    keeps of it, the replicas' factors); else None."""
-    made = alone_plan(workload)
+    made = _replica_round(workload, _model(base, held_out), deadline, device, backend)
     if made is None:
-        return None
-    alone, plan = made
-    # A plan's round does the same lookups as this one (every table once, the same global batch).
-    if time.perf_counter() + _round_guess_s(model, alone, plan) >= deadline:
+        return base, {"skipped": "the probe's time ended first (calibrate --workload without --probe takes longer)"}
+    replicas, row = made
+    return dataclasses.replace(base, table_factors=replicas), row
+
+
+def _replica_round(workload: Workload, model: AnalyticCostModel, deadline: float, device: str,
+                   backend: str) -> Optional[tuple[tuple[TableFactor, ...], dict]]:
+    """Each table the search may replicate timed as a replica (:func:`replica_factors`) where that
+    fits before ``deadline``: (their factors, what the report keeps of it); else None."""
+    from shardopt.contracts import ShardSpec
+
+    tables = replicable(model, workload)
+    costs = [model.shard_cost(workload, ShardSpec(t, "data_parallel", t.num_embeddings, t.embedding_dim, "dense"))
+             for t in tables]
+    kernel_s = sum(c.fwd_compute_ms + c.bwd_compute_ms for c in costs) / 1e3
+    if time.perf_counter() + MARGIN * REPLICA_RUNS * kernel_s >= deadline:
         return None
     started = time.perf_counter()
-    samples = alone_samples(model, alone, plan, lambda w, p: replay_side_by_side(
-        w, {"alone": p}, ROUNDS, seed=SEED - 2, device=device, backend=backend).per_rank["alone"])
     replicas = replica_factors(model, workload, device=device, backend=backend)
-    seconds = round(time.perf_counter() - started, 1)
-    fitted = fit_factors(samples)
-    return samples, fitted, {"tables": len(samples), "replicas": len(replicas),
-                             "rank_error_before": round(rank_error(samples), 4),
-                             "rank_error_after": round(rank_error(samples, fitted), 4), "seconds": seconds}, replicas
+    return replicas, {"replicas": len(replicas), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _round_guess_s(model: AnalyticCostModel, workload: Workload, plan: Plan) -> float:

@@ -180,11 +180,12 @@ def test_calibrate_for_a_workload_measures_its_own_tables_and_its_ranks_kernels(
     assert result.exit_code == 0, result.stderr
     # then its own plans, measured and corrected: the file is for the analytic part
     refined = json.loads(out.read_text())
-    # its tables alone, then each round, then the finalists (where there are two or more)
-    assert 2 <= len(refined["report"]["refine"]["rounds"]) + 1 <= fake.calls <= len(refined["report"]["refine"]["rounds"]) + 2
-    assert refined["report"]["refine"]["alone"]["tables"] == len(workload.tables)
+    # each round, then the finalists (where there are two or more); its replicas apart
+    assert 1 <= len(refined["report"]["refine"]["rounds"]) <= fake.calls <= len(refined["report"]["refine"]["rounds"]) + 1
+    replicas = refined["report"]["refine"]["replicas"]["replicas"]
+    assert replicas > 0 and "alone" not in refined["report"]["refine"]
     assert refined["calibration"]["table_factors"] and "analytic@" in result.stdout
-    assert f"calibrate --workload: each table measured alone ({len(workload.tables)} tables)" in result.stderr
+    assert f"calibrate --workload: each table it may replicate measured as a replica ({replicas} of them)" in result.stderr
     assert "calibrate --workload: round 1: measured step" in result.stderr
     call = fake_sweep[0]
     assert call["preset"] == "workload"
@@ -241,7 +242,8 @@ def test_a_probe_rescales_the_packaged_model_within_twenty_seconds(runner, tmp_p
     assert plan.read_bytes() == again.read_bytes()
 
 
-def test_a_probe_for_a_workload_prices_each_table_by_itself_measured_alone(runner, tmp_path, fake_sweep, monkeypatch):
+def test_a_probe_for_a_workload_measures_its_replicas_and_prices_no_table_alone(runner, tmp_path, fake_sweep,
+                                                                              monkeypatch):
     from shardopt.core.workload import read_workload
     from shardopt.costmodel.registry import resolve_cost_model
 
@@ -249,21 +251,18 @@ def test_a_probe_for_a_workload_prices_each_table_by_itself_measured_alone(runne
     workload, _ = read_workload(path)
     fake = FakeMachine(resolve_cost_model("analytic", workload)[0])
     monkeypatch.setattr("shardopt.measure.refine.replay_side_by_side", fake.replay)
+    monkeypatch.setattr("shardopt.measure.refine.replica_factors", fake.replicas)
     out = tmp_path / "probe.json"
     result = run_cli(runner, "calibrate", "--probe", "--workload", path, "-o", out)
     assert result.exit_code == 0, result.stderr
-    # the sweep leaves room for the tables alone, all within the probe's 20 s
+    # the sweep (the workload's own kernels among its points) leaves room for the replicas, all within 20 s
     assert fake_sweep[0]["preset"] == "probe" and 0 < fake_sweep[0]["deadline_in"] <= 10
     data = json.loads(out.read_text())
-    assert fake.calls == 1 and data["report"]["alone"]["tables"] == len(workload.tables)
-    assert "refine" not in data["report"]  # no plan was measured
-    factors = {f["name"]: f for f in data["calibration"]["table_factors"]}
-    assert set(factors) == {t.name for t in workload.tables}
-    assert f"Each of its {len(workload.tables)} tables measured alone" in result.stdout and "analytic@" in result.stdout
-    # the factors follow the machine's own: the table it prices dearest is dearer than the cheapest
-    dear = max(factors, key=fake.factor)
-    cheap = min(factors, key=fake.factor)
-    assert factors[dear]["bwd"] > factors[cheap]["bwd"]
+    replicas = data["report"]["replicas"]["replicas"]
+    assert fake.calls == 0 and replicas > 0 and "refine" not in data["report"]  # no plan, no table alone measured
+    factors = data["calibration"]["table_factors"]
+    assert len(factors) == replicas and {f["kernel"] for f in factors} == {"dense"}
+    assert f"The {replicas} tables it may replicate measured as replicas" in result.stdout and "analytic@" in result.stdout
     plans = []
     for name in ("p.json", "q.json"):
         assert run_cli(runner, "plan", path, "--cost-model", f"analytic@{out}", "-o", tmp_path / name).exit_code == 0
@@ -290,21 +289,25 @@ def test_calibrate_for_a_2d_workload_says_its_plans_were_not_measured(runner, tm
     probe = tmp_path / "probe.json"
     result = run_cli(runner, "calibrate", "--probe", "--workload", path, "-o", probe)
     assert result.exit_code == 0, result.stderr
-    assert "Its tables were not measured alone: a 2D workload" in result.stdout
+    assert "Its replicas were not measured: a 2D workload" in result.stdout
     model = json.loads(probe.read_text())
-    assert "table_factors" not in model["calibration"] and "skipped" in model["report"]["alone"]
+    assert "table_factors" not in model["calibration"] and "skipped" in model["report"]["replicas"]
 
 
-def test_a_calibration_with_no_plan_measured_still_says_its_tables_were_measured_alone():
-    """A large workload: its tables measured alone, no time left for a plan's round. The summary
-    says both (the tables' factors are in the file)."""
+def test_a_calibration_with_no_plan_measured_still_says_its_replicas_were_measured():
+    """A large workload: its replicas measured, no time left for a plan's round. The summary says
+    both (the replicas' factors are in the file)."""
     from shardopt.cli.calibrate_workload import refine_line
 
-    alone = {"tables": 128, "replicas": 0, "seconds": 102.0, "rank_error_before": 0.261, "rank_error_after": 0.05}
-    line = refine_line({"refine": {"alone": alone, "rounds": []}})
-    assert "Each of its 128 tables measured alone in 102 s" in line and "26.1%" in line
+    replicas = {"replicas": 3, "seconds": 1.5}
+    line = refine_line({"refine": {"replicas": replicas, "rounds": []}})
+    assert "The 3 tables it may replicate measured as replicas in 1.5 s." in line
+    one = refine_line({"refine": {"replicas": {"replicas": 1, "seconds": 0.7}, "rounds": []}})
+    assert one.startswith(" The 1 table it may replicate measured as a replica in 0.7 s.")
     assert line.endswith("No time was left to measure its plans: give --budget more seconds.")
     assert refine_line({"refine": {"rounds": []}}) == " No time was left to measure its plans: give --budget more seconds."
+    none = refine_line({"refine": {"replicas": {"replicas": 0, "seconds": 0.0}, "rounds": []}})
+    assert none.startswith(" None of its tables may be replicated")
     # Where the first plan's round was guessed and fell short, the line says by how much.
-    assert refine_line({"refine": {"alone": alone, "rounds": [], "short_s": 57}}).endswith(
+    assert refine_line({"refine": {"replicas": replicas, "rounds": [], "short_s": 57}}).endswith(
         "No time was left to measure its plans: give --budget about 57 s more.")

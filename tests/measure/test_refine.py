@@ -147,12 +147,10 @@ def test_refinement_levels_the_ranks_of_a_machine_the_model_misprices(machine):
     after = _lookups_step(fake, workload, plan_with(workload, PlanConfig(), cost_model=refined))
     assert after[0] < 0.97 * before[0] and after[1] < before[1], (before, after)
     rounds, final = report["rounds"], report["final"]
-    # the tables alone, each round, then the finalists together (none where the last fit's plan was round 1's)
-    assert rounds and fake.calls == 1 + len(rounds) + bool(final)
-    assert report["alone"]["tables"] == len(workload.tables)
-    assert report["alone"]["rank_error_after"] < report["alone"]["rank_error_before"]
-    # priced by the tables alone, the first plan measured is already level
-    assert rounds[0]["slowest_over_mean"] < before[1] and rounds[0]["step_ms"] < 0.97 * before[0]
+    # each round, then the finalists together (none where the last fit's plan was round 1's); the
+    # tables are not measured alone, and the replicas are measured apart
+    assert rounds and fake.calls == len(rounds) + bool(final)
+    assert report["replicas"]["replicas"] == len(fake.replicas(model, workload)) and "alone" not in report
     if final:
         assert final["kept"] == min(final["steps_ms"], key=final["steps_ms"].get) and 2 <= len(final["steps_ms"]) <= 4
     kept = AnalyticCostModel(calibration=calibration)
@@ -189,42 +187,42 @@ def test_a_first_round_that_cannot_fit_the_budget_is_not_started(machine, monkey
     monkeypatch.setattr(module, "BUILD_BYTES_PER_S", 1.0)  # building the kernels would take years
     calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
                                         deadline=time.perf_counter() + 60)
-    assert fake.calls == 0 and report["rounds"] == [] and calibration.table_factors == ()
+    # no plan is measured; the replicas, timed apart, still are
+    assert fake.calls == 0 and report["rounds"] == []
+    assert list(calibration.table_factors) == list(fake.replicas(model, workload))
     monkeypatch.setattr(module, "BUILD_BYTES_PER_S", 1e9)
     _, report = module.refine(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter() + 60)
     assert fake.calls > 0 and report["rounds"]
 
 
-def test_tables_alone_are_measured_only_where_they_fit_the_time_left(machine):
-    from shardopt.measure.refine import alone_refined
+def test_replicas_are_measured_only_where_they_fit_the_time_left(machine):
+    from shardopt.measure.refine import replicas_refined
 
     workload, model, fake = machine
-    calibration, row = alone_refined(workload, model.calibration, held_out=model.held_out, deadline=time.perf_counter())
-    assert fake.calls == 0 and calibration.table_factors == () and "the probe's time ended first" in row["skipped"]
-    calibration, row = alone_refined(workload, model.calibration, held_out=model.held_out,
-                                     deadline=time.perf_counter() + 60)
-    fused = [f for f in calibration.table_factors if f.kernel == "fused"]
-    assert fake.calls == 1 and row["tables"] == len(workload.tables) == len(fused)
-    assert [f for f in calibration.table_factors if f.kernel == "dense"] == list(fake.replicas(model, workload))
-    assert row["replicas"] == len(fake.replicas(model, workload))
-    assert row["rank_error_after"] < row["rank_error_before"]
+    calibration, row = replicas_refined(workload, model.calibration, held_out=model.held_out,
+                                        deadline=time.perf_counter())
+    assert calibration.table_factors == () and "the probe's time ended first" in row["skipped"]
+    calibration, row = replicas_refined(workload, model.calibration, held_out=model.held_out,
+                                        deadline=time.perf_counter() + 60)
+    # no table is priced from its measurement alone: a rank's other tables change what it costs
+    assert fake.calls == 0 and list(calibration.table_factors) == list(fake.replicas(model, workload))
+    assert row["replicas"] == len(fake.replicas(model, workload)) > 0
 
 
-def test_tables_alone_are_measured_where_no_plan_round_would_fit_after_them(machine, monkeypatch):
-    """A large workload: the tables alone fit the time left, a plan's round and the finalists
-    after it do not. The tables' own factors are kept; no plan is measured."""
+def test_replicas_are_measured_where_no_plan_round_would_fit_after_them(machine, monkeypatch):
+    """A large workload: the replicas fit the time left, a plan's round and the finalists after
+    it do not. The replicas' factors are kept; no plan is measured."""
     from shardopt.measure import refine as module
 
     workload, model, fake = machine
     monkeypatch.setattr(module, "_round_guess_s", lambda *a: 20.0)  # any round: 20 s, guessed
     calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
                                         deadline=time.perf_counter() + 30)
-    fused = [f for f in calibration.table_factors if f.kernel == "fused"]
-    assert fake.calls == 1 and report["rounds"] == [] and report["alone"]["tables"] == len(workload.tables)
-    assert len(fused) == len(workload.tables)
+    assert fake.calls == 0 and report["rounds"] == [] and report["replicas"]["replicas"] > 0
+    assert list(calibration.table_factors) == list(fake.replicas(model, workload))
     # The round and the finalists after it, guessed, against the < 30 s left: the shortfall reported.
     need = 20.0 * (1 + module.FINALISTS * module.FINAL_ROUNDS / module.ROUNDS)
     assert need - 30 <= report["short_s"] <= need
     calibration, report = module.refine(workload, model.calibration, held_out=model.held_out,
-                                        deadline=time.perf_counter() + 10)
-    assert fake.calls == 1 and calibration.table_factors == () and "alone" not in report
+                                        deadline=time.perf_counter())
+    assert fake.calls == 0 and calibration.table_factors == () and "replicas" not in report
