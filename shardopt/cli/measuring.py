@@ -67,8 +67,9 @@ PROBE_MIN_KERNELS = 6
 # calibrate --workload: the share of the budget for measuring the workload's own plans, after the
 # fit (shardopt.measure.refine): what sets its plan, measured, where the grid only pins the terms.
 REFINE_SHARE = 0.35
-# calibrate --probe --workload: the share for measuring its replicas, after the rescale.
-PROBE_ALONE_SHARE = 0.4
+# calibrate --probe --workload: the share kept for timing its replicas, after the rescale (they take
+# about a second here; what is left unused ends the probe early).
+PROBE_REPLICA_SHARE = 0.4
 
 
 @main.command()
@@ -117,7 +118,7 @@ def calibrate(device: str, budget: float, backend: str, seed: int, keep_profile:
         check_output_folder(keep_profile, option="--keep-profile")
     base_model = _base_model(base, device)
     workload, kernels = read_workload_kernels(workload_file, device, seed) if workload_file is not None else (None, None)
-    refine_share = (PROBE_ALONE_SHARE if probe else REFINE_SHARE) if workload is not None else 0.0
+    refine_share = (PROBE_REPLICA_SHARE if probe else REFINE_SHARE) if workload is not None else 0.0
     if probe:
         if base_model is None:
             raise ShardoptError("--probe rescales a base model: give --base packaged or a model file")
