@@ -23,6 +23,8 @@ ALONE_HBM = 2**50  # a measurement, not a plan: no rank is short of memory
 # (on a 2-core AMD VM 0.24 ms forward, 0.12 ms backward: 1.7x and 1.3x the packaged model's figures),
 # taken off every table's.
 EMPTY_ROWS = 64
+# A replica is timed over this many distinct batches, with these warm-up and timed iterations.
+REPLICA_BATCHES, REPLICA_WARMUP, REPLICA_ITERS = 3, 2, 7
 
 
 def measurable(workload: Workload) -> bool:
@@ -66,7 +68,7 @@ def replicable(model, workload: Workload) -> list:
 
 
 def replica_factors(model, workload: Workload, *, device: str = "cpu", backend: str = "auto",
-                    warmup: int = 2, iters: int = 7) -> tuple[TableFactor, ...]:
+                    warmup: int = REPLICA_WARMUP, iters: int = REPLICA_ITERS) -> tuple[TableFactor, ...]:
     """Each table the search may replicate (it has a data-parallel candidate), its replica timed
     alone at a rank's batch in TorchRec's dense kernel, beside ``model``'s price of it: its factor
     in that kernel. The replica's algorithm is not the fused kernel's (no sort of its ids, a step
@@ -91,7 +93,8 @@ def replica_factors(model, workload: Workload, *, device: str = "cpu", backend: 
 
     def timed(table):
         precision = measured_precision(table.data_type, device)
-        batches = [[sample_bags(table, workload.batch_size, np.random.default_rng([i, 7]))] for i in range(3)]
+        batches = [[sample_bags(table, workload.batch_size, np.random.default_rng([i, 7]))]
+                   for i in range(REPLICA_BATCHES)]
         m = measure_kernel([KernelSpec(table.num_embeddings, table.embedding_dim)], batches, backend=backend,
                            device=device, precision=precision, warmup=warmup, iters=iters, dense=True)
         priced = model.shard_cost(workload, ShardSpec(table, "data_parallel", table.num_embeddings,

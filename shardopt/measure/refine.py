@@ -23,14 +23,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from shardopt.contracts import Breakdown, PlanConfig
+from shardopt.contracts import Breakdown, PlanConfig, ShardSpec
 from shardopt.core.manifest import layout_digest
 from shardopt.core.plan import Plan
 from shardopt.core.workload import Workload
 from shardopt.costmodel.analytic import AnalyticCostModel
 from shardopt.costmodel.constants import Calibration
 from shardopt.costmodel.table_factors import TableFactor, fit_factors, rank_error, rank_samples, table_factors
-from shardopt.measure.alone import replica_factors, replicable
+from shardopt.measure.alone import REPLICA_BATCHES, REPLICA_ITERS, REPLICA_WARMUP, replica_factors, replicable
 from shardopt.measure.replay import SIDE_BY_SIDE_ITERS, SIDE_BY_SIDE_WARMUP, replay_side_by_side
 from shardopt.planner.factory import plan_with
 
@@ -44,9 +44,8 @@ SEED = 7919  # the refinement's batches: not the seed-0 batches replay and the b
 TIMED_ITERS = SIDE_BY_SIDE_WARMUP + SIDE_BY_SIDE_ITERS  # each rank's runs in one round
 BUILD_BYTES_PER_S = 1e9
 MARGIN = 2.0
-# A replica's runs when it is timed (alone.replica_factors: warm-up and timed iterations over three
-# batches), guessed before it is measured.
-REPLICA_RUNS = 3 * (2 + 7)
+# A replica's runs when it is timed (alone.replica_factors), for its time guessed before it is measured.
+REPLICA_RUNS = REPLICA_BATCHES * (REPLICA_WARMUP + REPLICA_ITERS)
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,12 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     of noise), so ``plan`` with the file gives a plan seen to run that fast on this machine."""
     base = dataclasses.replace(calibration, table_factors=())
     base_model = _model(base, held_out)
-
-    replicas: tuple[TableFactor, ...] = ()  # the replicas' own factors: measured alone, no plan tells them apart
+    # The replicas' factors, wherever they fit; no table is measured alone: its factor would put the
+    # model further off a plan's measured ranks (benchmarks/results/alone_factors.md).
+    made = _replica_round(workload, base_model, deadline, device, backend)
+    replicas, replica_row = made if made is not None else ((), None)
+    if progress and replicas:
+        progress(f"each table it may replicate measured as a replica ({len(replicas)} of them)")
 
     def corrected(factors: tuple[TableFactor, ...]) -> AnalyticCostModel:
         return _model(dataclasses.replace(base, table_factors=factors + replicas), held_out)
@@ -83,13 +86,6 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
     fitted: dict[str, tuple[float, float]] = {}
     plan_s = measure_s = short_s = 0.0  # short_s: what the first plan's round lacked, guessed
     converged = False
-    # The replicas' factors, wherever they fit; no table is measured alone: its factor would put the
-    # model further off a plan's measured ranks (benchmarks/results/alone_factors.md).
-    made = _replica_round(workload, base_model, deadline, device, backend)
-    if made is not None:
-        replicas, replica_row = made
-        if progress and replicas:
-            progress(f"each table it may replicate measured as a replica ({len(replicas)} of them)")
     # Room for one more round and for the finalists' side-by-side after it.
     while time.perf_counter() + plan_s + measure_s * (1 + FINALISTS * FINAL_ROUNDS / ROUNDS) < deadline:
         started = time.perf_counter()
@@ -130,7 +126,7 @@ def refine(workload: Workload, calibration: Calibration, *, held_out: Optional[f
         steps = final["steps_ms"]
         progress(f"kept the plan of {final['kept']}: {steps[final['kept']]:.2f} ms measured side by side with "
                  + ", ".join(f"{name} {ms:.2f}" for name, ms in steps.items() if name != final["kept"]))
-    report = {**({"replicas": made[1]} if made is not None else {}),
+    report = {**({"replicas": replica_row} if replica_row is not None else {}),
               **({"short_s": math.ceil(short_s)} if short_s > 0 else {}),
               "rounds": [r.row for r in rounds], "converged": converged, "tables": len(chosen), "final": final,
               "rank_error_fitted": round(rank_error(samples, fitted), 4),
@@ -155,8 +151,6 @@ def _replica_round(workload: Workload, model: AnalyticCostModel, deadline: float
                    backend: str) -> Optional[tuple[tuple[TableFactor, ...], dict]]:
     """Each table the search may replicate timed as a replica (:func:`replica_factors`) where that
     fits before ``deadline``: (their factors, what the report keeps of it); else None."""
-    from shardopt.contracts import ShardSpec
-
     tables = replicable(model, workload)
     costs = [model.shard_cost(workload, ShardSpec(t, "data_parallel", t.num_embeddings, t.embedding_dim, "dense"))
              for t in tables]
