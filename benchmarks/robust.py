@@ -23,7 +23,10 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
 - ``workload``: with ``--workload-budget S``, a model from ``shardopt calibrate --workload`` of the
   task, S seconds, its analytic part (the task's own plans measured in the budget's last 35% and
   each table's price corrected: :mod:`shardopt.measure.refine`; batches of another seed than the
-  replay's here).
+  replay's here; ``--workload-base FILE``: with that model as calibrate's ``--base``, e.g. another
+  CPU's); ``workload-tree``: the same from another source tree (``--workload-tree DIR``, a ``git
+  archive`` of another commit's ``shardopt``: a change to calibrate judged side by side, each
+  calibration printing the model its file holds).
 
 Puts on top of ``benchmarks/results/robust.md`` (``--output``; earlier runs kept below): per task,
 and the geometric mean, worst task and measured bottleneck over the mean rank per variant.
@@ -35,6 +38,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -96,6 +100,10 @@ def main() -> None:
     parser.add_argument("--foreign", type=Path, help="a model file fitted on another machine")
     parser.add_argument("--noise", type=float, default=0.3)
     parser.add_argument("--workload-budget", type=float, default=0.0)
+    parser.add_argument("--workload-base", type=Path, help="calibrate --workload's --base (default: the packaged"
+                        " model): another CPU's model, as wrong here as the packaged one is on a user's CPU")
+    parser.add_argument("--workload-tree", type=Path, help="with --workload-budget: also calibrate --workload"
+                        " run from this source tree (another commit's shardopt), as workload-tree")
     parser.add_argument("--probe", action="store_true", help="add probe and probe-on: calibrate --probe --workload")
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
     parser.add_argument("--regimes", default="", help="comma-separated regimes (default: all)")
@@ -142,6 +150,8 @@ def main() -> None:
         + (f" --calibrated {args.calibrated.name}" if args.calibrated else "")
         + (f" --foreign {args.foreign}" if args.foreign else "")
         + (f" --workload-budget {args.workload_budget:g}" if args.workload_budget else "")
+        + (f" --workload-base {args.workload_base}" if args.workload_base else "")
+        + (f" --workload-tree {args.workload_tree}" if args.workload_tree else "")
         + (" --probe" if args.probe else "")
         + (f" --only {args.only}" if args.only else "")
         + (f" --regimes {args.regimes}" if args.regimes else "")
@@ -193,7 +203,12 @@ def _makers(args, w, packaged) -> dict:
         for mode in ("off", "on"):
             makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
     if args.workload_budget:
-        makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict)
+        makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict,
+                                                          base=args.workload_base)
+        if args.workload_tree:
+            makers["workload-tree"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml,
+                                                                   workload_to_dict, tree=args.workload_tree,
+                                                                   base=args.workload_base)
     if args.probe:  # one probe, two plans of it
         probed: dict = {}
 
@@ -210,18 +225,26 @@ def _makers(args, w, packaged) -> dict:
     return makers
 
 
-def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dict, robust=None):
-    """``shardopt calibrate --workload`` of this task (budget 0: ``--probe --workload``, 20 s), then
-    its plan with the model it wrote; with ``robust`` (modes of ``plan --robust``), mode -> plan."""
+def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dict, robust=None, tree=None,
+                         base=None):
+    """``shardopt calibrate --workload`` of this task (budget 0: ``--probe --workload``, 20 s; from
+    the source ``tree`` and with the ``--base`` file ``base`` where given), then its plan with the
+    model it wrote; with ``robust`` (modes of ``plan --robust``), mode -> plan. Prints which base
+    its rounds fit where it chose one."""
     from shardopt.contracts import PlanConfig
     from shardopt.planner.factory import plan_with
 
     with tempfile.TemporaryDirectory() as tmp:
         path, model = Path(tmp) / "w.yaml", Path(tmp) / "model.json"
         path.write_text(workload_yaml(workload_to_dict(workload)))
-        how = ["--budget", f"{budget:g}"] if budget else ["--probe"]
+        how = (["--budget", f"{budget:g}"] if budget else ["--probe"]) + (["--base", str(base.resolve())] if base else [])
+        env = {**os.environ, "PYTHONPATH": str(tree)} if tree else None
         subprocess.run([sys.executable, "-m", "shardopt", "calibrate", "--workload", str(path), *how, "-o", str(model)],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, env=env, cwd=tmp)  # not this folder's shardopt first
+        report = json.loads(model.read_text()).get("report", {})
+        chose = report.get("refine", {}).get("base")
+        print(f"  {workload.name}{' (' + tree.name + ')' if tree else ''}: the file's model {report.get('model')}"
+              + (f"; first plan's ranks: {chose}" if chose else ""), flush=True)
         if robust is None:
             return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
         data = json.loads(model.read_text())
