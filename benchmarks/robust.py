@@ -229,8 +229,8 @@ def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dic
                          base=None):
     """``shardopt calibrate --workload`` of this task (budget 0: ``--probe --workload``, 20 s; from
     the source ``tree`` and with the ``--base`` file ``base`` where given), then its plan with the
-    model it wrote; with ``robust`` (modes of ``plan --robust``), mode -> plan. Prints which base
-    its rounds fit where it chose one."""
+    model it wrote; with ``robust`` (modes of ``plan --robust``), mode -> plan. Prints which of
+    calibrate's candidates the file holds."""
     from shardopt.contracts import PlanConfig
     from shardopt.planner.factory import plan_with
 
@@ -241,13 +241,11 @@ def _workload_calibrated(workload, budget: float, workload_yaml, workload_to_dic
         env = {**os.environ, "PYTHONPATH": str(tree)} if tree else None
         subprocess.run([sys.executable, "-m", "shardopt", "calibrate", "--workload", str(path), *how, "-o", str(model)],
                        check=True, capture_output=True, env=env, cwd=tmp)  # not this folder's shardopt first
-        report = json.loads(model.read_text()).get("report", {})
-        chose = report.get("refine", {}).get("base")
-        print(f"  {workload.name}{' (' + tree.name + ')' if tree else ''}: the file's model {report.get('model')}"
-              + (f"; first plan's ranks: {chose}" if chose else ""), flush=True)
+        data = json.loads(model.read_text())
+        print(f"  {workload.name}{' (' + tree.name + ')' if tree else ''}: the file's model"
+              f" {data.get('report', {}).get('model')}", flush=True)
         if robust is None:
             return plan_with(workload, PlanConfig(cost_model=f"analytic@{model}"))
-        data = json.loads(model.read_text())
         cal = data.get("calibration", {})
         cal["table_factors"] = [f for f in cal.get("table_factors", []) if f.get("kernel", "fused") == "fused"]
         fused = Path(tmp) / "fused.json"  # "fused": the probe without its replicas' factors
