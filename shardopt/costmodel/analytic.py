@@ -30,6 +30,9 @@ from shardopt.core.plan import RankBreakdown, TablePlan
 from shardopt.core.workload import Workload
 
 GB = 1e9
+# Replicas beside a CPU rank's sharded tables cost the rank's lookups this share more, forward and
+# backward, beyond their own kernel (medians over 15 tasks, benchmarks/results/replica_company.md).
+REPLICA_COMPANY = (0.10, 0.15)
 
 
 class AnalyticCostModel(CostModel):
@@ -288,12 +291,25 @@ class AnalyticCostModel(CostModel):
         else:
             fwd_k = bwd_k = len(calls) * hw.kernel_us * 1e-6
             fitted = None
+        if sharded and calls[-1] and workload.topology.compute_device == "cpu":
+            # Replicas' dense kernel (its step sweeps whole tables) takes the fused one's rows out of the caches.
+            fwd_k, bwd_k = (k + x * s for k, x, s in zip((fwd_k, bwd_k), REPLICA_COMPANY, self._mean_rank_s(workload)))
         # A fitted latency was measured at this world size; a profile's grows with the peers.
         lat = (hw.comm_latency_us + hw.a2a_peer_us * (world - 1)) * 1e-6 if fitted is None else fitted[0]
         lat = lat if world > 1 else 0.0
         fwd_comm = 2 * lat * sharded  # per type: ids out, pooled embeddings back
         bwd_comm = lat * sharded + (2 * lat if "data_parallel" in sharding_types else 0.0)
         return fwd_k, bwd_k, fwd_comm, bwd_comm
+
+    def _mean_rank_s(self, workload: Workload) -> tuple[float, float]:
+        """(forward, backward) seconds of a rank's lookups with every table whole, spread evenly."""
+        memo, world = self._memo(workload), workload.topology.world_size
+        if "mean_rank" not in memo:
+            costs = [self.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
+                     for t in workload.tables]
+            memo["mean_rank"] = (sum(c.fwd_compute_ms for c in costs) / world / 1e3,
+                                 sum(c.bwd_compute_ms for c in costs) / world / 1e3)
+        return memo["mean_rank"]
 
     # -- a whole plan ----------------------------------------------------------------------------
     def rank_breakdown(self, workload: Workload, tables: Sequence[TablePlan], rank: int) -> RankBreakdown:

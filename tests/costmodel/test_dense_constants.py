@@ -13,7 +13,7 @@ from shardopt.contracts import ShardSpec
 from shardopt.core.errors import ShardoptError
 from shardopt.core.hardware import hardware_profiles
 from shardopt.core.workload import Table
-from shardopt.costmodel.analytic import AnalyticCostModel, calibrated_hardware
+from shardopt.costmodel.analytic import REPLICA_COMPANY, AnalyticCostModel, calibrated_hardware
 from shardopt.costmodel.calibrate import MIN_DENSE_POINTS, calibrate
 from shardopt.costmodel.constants import KernelConstants
 from shardopt.costmodel.profile_data import kernel_samples, kernel_terms
@@ -87,10 +87,50 @@ def test_a_replica_is_priced_by_the_dense_constants_and_a_call_of_its_kernel(pac
     assert b.bwd_compute_ms == pytest.approx(3 * a.bwd_compute_ms, rel=1e-9)
     assert own.shard_cost(workload, whole) == plain.shard_cost(workload, whole)
     assert own.overheads(workload, {"data_parallel"})[:2] == pytest.approx((1e-5, 2e-5))
+    company = [share * s for share, s in zip(REPLICA_COMPANY, _mean_rank_s(own, workload))]
     assert own.overheads(workload, {"table_wise", "data_parallel"})[:2] == pytest.approx(
-        (fused.fwd_kernel_s + 1e-5, fused.bwd_kernel_s + 2e-5))
+        (fused.fwd_kernel_s + 1e-5 + company[0], fused.bwd_kernel_s + 2e-5 + company[1]))
+    company = [share * s for share, s in zip(REPLICA_COMPANY, _mean_rank_s(plain, workload))]
     assert plain.overheads(workload, {"table_wise", "data_parallel"})[:2] == pytest.approx(
-        (2 * fused.fwd_kernel_s, 2 * fused.bwd_kernel_s))
+        (2 * fused.fwd_kernel_s + company[0], 2 * fused.bwd_kernel_s + company[1]))
+
+
+def _mean_rank_s(model, workload) -> tuple[float, float]:
+    costs = [model.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
+             for t in workload.tables]
+    world = workload.topology.world_size
+    return (sum(c.fwd_compute_ms for c in costs) / world / 1e3, sum(c.bwd_compute_ms for c in costs) / world / 1e3)
+
+
+def test_replicas_beside_a_cpu_ranks_sharded_tables_cost_a_share_of_its_lookups(packaged):
+    # The dense kernel's step sweeps whole tables through the caches the rank's fused kernel
+    # kept its rows in (benchmarks/results/replica_company.md): only where both run, only on a CPU.
+    model, workload = AnalyticCostModel(calibration=packaged.calibration), _workload()
+    fused, dense = packaged.calibration.kernel_constants(), packaged.calibration.kernel_constants(True)
+    mean = _mean_rank_s(model, workload)
+    assert mean[0] > 0 and mean[1] > 0
+    both = model.overheads(workload, {"table_wise", "data_parallel"})[:2]
+    assert both == pytest.approx((fused.fwd_kernel_s + dense.fwd_kernel_s + REPLICA_COMPANY[0] * mean[0],
+                                  fused.bwd_kernel_s + dense.bwd_kernel_s + REPLICA_COMPANY[1] * mean[1]))
+    assert model.overheads(workload, {"data_parallel"})[:2] == pytest.approx((dense.fwd_kernel_s, dense.bwd_kernel_s))
+    gpu = dataclasses.replace(workload, topology=dataclasses.replace(workload.topology, compute_device="cuda"))
+    assert model.overheads(gpu, {"table_wise", "data_parallel"})[:2] == pytest.approx(
+        (fused.fwd_kernel_s + dense.fwd_kernel_s, fused.bwd_kernel_s + dense.bwd_kernel_s))
+
+
+def test_a_replica_that_costs_its_ranks_company_is_planned_whole(monkeypatch):
+    # hot-1006's t15 (4703 x 16, pooled 214): replicated when a replica cost only its own kernel;
+    # replayed, the plan without it read 0.91 of TorchRec's step against 1.01 (three runs each).
+    from shardopt.contracts import PlanConfig
+    from shardopt.costmodel import analytic
+    from shardopt.planner.factory import plan_with
+
+    workload = _workload()
+    kinds = {t.name: t.sharding_type for t in plan_with(workload, PlanConfig(robust="on")).tables}
+    assert kinds["t15"] != "data_parallel"
+    monkeypatch.setattr(analytic, "REPLICA_COMPANY", (0.0, 0.0))
+    kinds = {t.name: t.sharding_type for t in plan_with(workload, PlanConfig(robust="on")).tables}
+    assert kinds["t15"] == "data_parallel"
 
 
 def test_a_rescaled_model_carries_its_replicas_at_the_same_speed(packaged):
