@@ -22,18 +22,14 @@ import logging
 import warnings
 
 import numpy as np
-
-HOT_POOLING = 100.0
-HOT_REPLICA_BYTES = 8 * 2**20
+from robust_diagnose import HOT_POOLING, HOT_REPLICA_BYTES  # the hot small tables TorchRec would replicate
 
 
-def _plans(workload, table, default):
+def _plans(workload, model, table, default):
     """(whole, replica) plans of ``workload``: ``default`` with ``table`` whole on its least-loaded
-    rank, and with it a replica on every rank."""
+    rank (as ``model`` prices the rest), and with it a replica on every rank."""
     from shardopt.core.plan import Shard, TablePlan
-    from shardopt.costmodel.registry import resolve_cost_model
 
-    model, _ = resolve_cost_model("analytic", workload)
     rest = tuple(tp for tp in default.tables if tp.name != table.name)
     loads = [r.fwd_compute_ms + r.bwd_compute_ms for r in model.breakdown(workload, rest)]
     size = (table.num_embeddings, table.embedding_dim)
@@ -47,14 +43,19 @@ def _plans(workload, table, default):
     return (dataclasses.replace(default, tables=place(whole)), dataclasses.replace(default, tables=place(replica)))
 
 
+def _company(beside, without, lone) -> list[float]:
+    """One rank's company share, forward and backward: with the replica, less without it, less the
+    replica alone, over without it."""
+    return [(getattr(beside, f) - getattr(without, f) - getattr(lone, f)) / getattr(without, f)
+            for f in ("fwd_compute_ms", "bwd_compute_ms")]
+
+
 def _priced(model, w, alone_w, whole, replica, alone, holder) -> np.ndarray:
     """The same shares as the model prices them (median over the ranks not holding the table)."""
     without, beside = model.breakdown(w, whole.tables), model.breakdown(w, replica.tables)
     lone = model.breakdown(alone_w, alone.tables)
-    return np.median(np.array([
-        [(b.fwd_compute_ms - o.fwd_compute_ms - n.fwd_compute_ms) / o.fwd_compute_ms,
-         (b.bwd_compute_ms - o.bwd_compute_ms - n.bwd_compute_ms) / o.bwd_compute_ms]
-        for o, b, n in zip(without, beside, lone) if o.rank != holder]), axis=0)
+    return np.median(np.array([_company(b, o, n) for o, b, n in zip(without, beside, lone) if o.rank != holder]),
+                     axis=0)
 
 
 def main() -> None:
@@ -81,11 +82,11 @@ def main() -> None:
             print(name, "no hot small table", flush=True)
             continue
         table = max(hot, key=lambda t: t.pooling_factor)
-        whole, replica = _plans(w, table, plan_with(w, PlanConfig()))
+        model, _ = resolve_cost_model("analytic", w)
+        whole, replica = _plans(w, model, table, plan_with(w, PlanConfig()))
         alone_w = dataclasses.replace(w, tables=(table,))
         alone = dataclasses.replace(replica, tables=tuple(tp for tp in replica.tables if tp.name == table.name))
         holder = whole.tables[[tp.name for tp in whole.tables].index(table.name)].shards[0].rank
-        model, _ = resolve_cost_model("analytic", w)
         task = []
         for run in range(args.runs):
             res = replay_side_by_side(w, {"whole": whole, "replica": replica}, args.rounds,
@@ -94,9 +95,7 @@ def main() -> None:
             for r in range(w.topology.world_size):
                 if r == holder:
                     continue
-                without, beside, lone = res.per_rank["whole"][r], res.per_rank["replica"][r], own.per_rank["alone"][r]
-                task.append([(beside.fwd_compute_ms - without.fwd_compute_ms - lone.fwd_compute_ms) / without.fwd_compute_ms,
-                             (beside.bwd_compute_ms - without.bwd_compute_ms - lone.bwd_compute_ms) / without.bwd_compute_ms])
+                task.append(_company(res.per_rank["replica"][r], res.per_rank["whole"][r], own.per_rank["alone"][r]))
         med = np.median(np.array(task), axis=0)
         shares += task
         priced = _priced(model, w, alone_w, whole, replica, alone, holder)

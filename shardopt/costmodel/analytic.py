@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardopt.costmodel.base import CostModel, ShardCost, slowed
+from shardopt.costmodel.base import CostModel, ShardCost, slowed, whole_costs
 from shardopt.costmodel.comm_source import CommChoice, CommProfile, choose_comm
 from shardopt.costmodel.comm_curve import CommCurves
 from shardopt.costmodel.constants import Calibration
@@ -291,7 +291,7 @@ class AnalyticCostModel(CostModel):
         else:
             fwd_k = bwd_k = len(calls) * hw.kernel_us * 1e-6
             fitted = None
-        if sharded and calls[-1] and workload.topology.compute_device == "cpu":
+        if sharded and "data_parallel" in sharding_types and workload.topology.compute_device == "cpu":
             # Replicas' dense kernel (its step sweeps whole tables) takes the fused one's rows out of the caches.
             fwd_k, bwd_k = (k + x * s for k, x, s in zip((fwd_k, bwd_k), REPLICA_COMPANY, self._mean_rank_s(workload)))
         # A fitted latency was measured at this world size; a profile's grows with the peers.
@@ -305,8 +305,7 @@ class AnalyticCostModel(CostModel):
         """(forward, backward) seconds of a rank's lookups with every table whole, spread evenly."""
         memo, world = self._memo(workload), workload.topology.world_size
         if "mean_rank" not in memo:
-            costs = [self.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
-                     for t in workload.tables]
+            costs = whole_costs(workload, self).values()
             memo["mean_rank"] = (sum(c.fwd_compute_ms for c in costs) / world / 1e3,
                                  sum(c.bwd_compute_ms for c in costs) / world / 1e3)
         return memo["mean_rank"]

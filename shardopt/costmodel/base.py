@@ -116,3 +116,10 @@ def slowed(workload: Workload, row: RankBreakdown) -> RankBreakdown:
     fwd, bwd = row.fwd_compute_ms / speed, row.bwd_compute_ms / speed
     return dataclasses.replace(row, fwd_compute_ms=fwd, bwd_compute_ms=bwd,
                                total_ms=fwd + bwd + row.fwd_comm_ms + row.bwd_comm_ms)
+
+
+def whole_costs(workload: Workload, model: CostModel) -> dict[str, ShardCost]:
+    """Each table priced whole on one rank (table-wise): what a balanced rank's share is reckoned
+    from (the robust objective's reference, a replica's company)."""
+    return {t.name: model.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
+            for t in workload.tables}

@@ -35,7 +35,7 @@ from shardopt.arithmetic.exact import settled
 from shardopt.contracts import CRITICAL_PATH, Objective, RobustObjective, ShardSpec, rank_phases
 from shardopt.core.plan import Sensitivity, TablePlan
 from shardopt.core.workload import Workload
-from shardopt.costmodel.base import CostModel
+from shardopt.costmodel.base import CostModel, whole_costs
 
 RobustMode = Literal["auto", "on", "off"]
 SCALES = (1 / 3, 1.0, 3.0)
@@ -105,7 +105,7 @@ def robust_objective(workload: Workload, model: CostModel, doubt: Doubt,
     loose bound), else against a balanced plan of whole tables; each table's weight on the
     squared milliseconds of its pieces is what their variance adds to the slowest of the ranks."""
     world = workload.topology.world_size
-    whole = _whole_costs(workload, model)
+    whole = whole_costs(workload, model)
     if reference is not None:
         peaks = np.array([rank_phases(r) for r in model.breakdown(workload, reference)]).max(axis=0)
         compute, comm = float(peaks[0] + peaks[2]), float(peaks[1] + peaks[3])
@@ -237,11 +237,6 @@ def _in_rank_order(rank: np.ndarray, values: np.ndarray, world: int) -> np.ndarr
 def _draws(name: str) -> np.ndarray:
     """A table's standard-normal error draws, from its name alone (stable as tables come and go)."""
     return np.random.default_rng([zlib.crc32(name.encode()), DRAWS]).standard_normal(DRAWS)
-
-
-def _whole_costs(workload: Workload, model: CostModel) -> dict:
-    return {t.name: model.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
-            for t in workload.tables}
 
 
 @lru_cache(maxsize=256)

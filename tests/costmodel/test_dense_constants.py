@@ -14,6 +14,7 @@ from shardopt.core.errors import ShardoptError
 from shardopt.core.hardware import hardware_profiles
 from shardopt.core.workload import Table
 from shardopt.costmodel.analytic import REPLICA_COMPANY, AnalyticCostModel, calibrated_hardware
+from shardopt.costmodel.base import whole_costs
 from shardopt.costmodel.calibrate import MIN_DENSE_POINTS, calibrate
 from shardopt.costmodel.constants import KernelConstants
 from shardopt.costmodel.profile_data import kernel_samples, kernel_terms
@@ -96,9 +97,7 @@ def test_a_replica_is_priced_by_the_dense_constants_and_a_call_of_its_kernel(pac
 
 
 def _mean_rank_s(model, workload) -> tuple[float, float]:
-    costs = [model.shard_cost(workload, ShardSpec(t, "table_wise", t.num_embeddings, t.embedding_dim))
-             for t in workload.tables]
-    world = workload.topology.world_size
+    costs, world = whole_costs(workload, model).values(), workload.topology.world_size
     return (sum(c.fwd_compute_ms for c in costs) / world / 1e3, sum(c.bwd_compute_ms for c in costs) / world / 1e3)
 
 
