@@ -12,7 +12,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-import yaml
 from pydantic import AfterValidator, Field, Strict, StrictBool
 from pydantic.dataclasses import dataclass
 
@@ -378,5 +377,7 @@ def workload_to_dict(workload: Workload) -> dict:
 
 def workload_yaml(data: dict, header: str = "") -> str:
     """YAML text of a workload's plain data; short lists (histograms) stay on one line."""
+    from shardopt.core.loaders import dump_yaml
+
     comment = "".join(f"# {line}\n" for line in header.splitlines())
-    return comment + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    return comment + dump_yaml(data, sort_keys=False, default_flow_style=None, width=100)

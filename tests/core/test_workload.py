@@ -2,6 +2,8 @@
 
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import yaml
 
 from conftest import CONFIGS, DATA, run_cli
@@ -109,3 +111,57 @@ def test_yaml_nesting_is_bounded_at_max_depth_with_either_parser(tmp_path, monke
     else:
         with pytest.raises(ShardoptError, match=r"deep.yaml: malformed YAML: line 1: nested more than 64 levels deep$"):
             loaders.load_yaml(path, "workload")
+
+
+GOOD_TEXT = ("version: 1\nname: x\nbatch_size: 512\ntopology: {world_size: 2, hbm_cap: 1e9}\n"
+             "tables:\n- {name: a, num_embeddings: ROWS, embedding_dim: 64, pooling_factor: 2.5e1}\n")
+
+
+@pytest.mark.parametrize("rows, expected", [("1e6", 10**6), ("2.0e+4", 20000), ("1_000e3", 10**6), ("12", 12)])
+def test_counts_written_with_an_exponent_read_as_integers(tmp_path, rows, expected):
+    """PyYAML reads 1e6 as a string: a user's ``num_embeddings: 1e6`` is a million here."""
+    path = tmp_path / "w.yaml"
+    path.write_text(GOOD_TEXT.replace("ROWS", rows))
+    workload, _ = read_workload(path)
+    table = workload.table("a")
+    assert table.num_embeddings == expected and type(table.num_embeddings) is int
+    assert table.pooling_factor == 25.0 and workload.topology.hbm_cap == 10**9
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("2.5e0", "tables[0].num_embeddings: input should be a valid integer, got 2.5"),
+    ("1e999999999", "tables[0].num_embeddings: must be a finite number, got inf"),
+    ("1e30", "tables[0].num_embeddings: input should be a valid integer, got 1e+30"),
+])
+def test_exponents_that_are_no_count_fail_in_one_line(runner, tmp_path, rows, message):
+    path = tmp_path / "w.yaml"
+    path.write_text(GOOD_TEXT.replace("ROWS", rows))
+    result = run_cli(runner, "plan", path, "-o", tmp_path / "p.json")
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: {path}: {message}"
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_quoted_exponent_stays_a_string(tmp_path):
+    from shardopt.core.loaders import load_yaml
+
+    path = tmp_path / "x.yaml"
+    path.write_text("a: '1e6'\nb: x1e6\nc: 1e6\nd: 1.5e-3\n")
+    assert load_yaml(path, "workload")[0] == {"a": "1e6", "b": "x1e6", "c": 10**6, "d": 0.0015}
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers(-2**62, 2**62) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet="0123456789eE.+-_x ", max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=4),
+    max_leaves=12))
+@settings(max_examples=300, deadline=None)
+def test_what_workload_yaml_writes_reads_back_the_same(tmp_path_factory, data):
+    """Strings that look like exponent numbers are quoted on the way out, so a table named '1e6'
+    survives ``synth``, ``replan`` and ``fit-trace`` writing it (numbers compare equal: a whole
+    float written with an exponent, 1.0e+16, reads back as the integer it equals)."""
+    from shardopt.core.loaders import load_yaml
+    from shardopt.core.workload import workload_yaml
+
+    path = tmp_path_factory.mktemp("rt") / "w.yaml"
+    path.write_text(workload_yaml({"data": data}))
+    assert load_yaml(path, "workload")[0] == {"data": data}
