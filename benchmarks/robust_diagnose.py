@@ -2,7 +2,7 @@
 held-out ones (seeds 2000.. by default), each printing one line per task.
 
     python benchmarks/robust_diagnose.py MODE [--seed 2000] [--per-regime 4] [--regimes compute,comm,hot] [--rounds 7] [--calibrated FILE]
-    python benchmarks/robust_diagnose.py repeat --tasks hot-1005,compute-1007|held-out [--rounds 15] [--runs 3]
+    python benchmarks/robust_diagnose.py repeat --tasks hot-1005,compute-1007|held-out [--rounds 15] [--runs 3] [--cut TABLE]
 
 - ``rank-error``: the packaged model's per-rank compute error here (log of measured over predicted,
   less the plan's mean: what unbalances ranks) beside the per-rank spread its doubt implies
@@ -18,7 +18,8 @@ held-out ones (seeds 2000.. by default), each printing one line per task.
 - ``repeat``: the default plan and TorchRec's replayed ``--runs`` times (each run ``--rounds``
   rounds), per run each plan's step and its step with ranks made level (each phase's mean rank)
   over TorchRec's step: whether a task's loss is noise, imbalance, or work (``--tasks hot-1005,...``,
-  or ``held-out``: seeds 1000-1007 of every regime), and over all runs each task's median;
+  or ``held-out``: seeds 1000-1007 of every regime), and over all runs each task's median; ``--cut
+  TABLE`` adds the default search with that table held to column-wise pieces;
 - ``replicas``: the default plan beside the same workload planned with its hot tables (pooled at
   least ``HOT_POOLING``, at most ``HOT_REPLICA_BYTES``) held to data-parallel replicas: whether
   spreading a hot table's lookups over every rank's local batch pays in TorchRec's dense kernel.
@@ -133,6 +134,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="", help="repeat: comma-separated task names (regime-seed),"
                         " or held-out (seeds 1000-1007 of every regime)")
     parser.add_argument("--runs", type=int, default=3, help="repeat: replays of the same plans")
+    parser.add_argument("--cut", default="", help="repeat: also the default search with this table held to"
+                        " column-wise pieces (plan 'cut'): whether cutting the table that bounds a rank pays")
     args = parser.parse_args()
     if args.mode == "repeat":
         if not args.tasks:
@@ -238,6 +241,10 @@ def _repeat(args) -> None:
             print(name, "TorchRec: no plan", flush=True)
             continue
         plans["default"] = plan_with(w, PlanConfig())
+        if args.cut:
+            plans["cut"] = plan_with(dataclasses.replace(w, tables=tuple(
+                dataclasses.replace(t, sharding_types=("column_wise",)) if t.name == args.cut else t
+                for t in w.tables)), PlanConfig())
         runs = []
         for run in range(args.runs):
             result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
