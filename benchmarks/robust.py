@@ -26,7 +26,7 @@ the declared links); each plan's replayed step is divided by TorchRec's of the s
   replay's here; ``--workload-base FILE``: with that model as calibrate's ``--base``, e.g. another
   CPU's); ``workload-tree``: the same from another source tree (``--workload-tree DIR``, a ``git
   archive`` of another commit's ``shardopt``: a change to calibrate judged side by side, each
-  calibration printing the model its file holds).
+  calibration printing the model its file holds); ``workload-on``: that same file's model, ``--robust on``.
 
 Puts on top of ``benchmarks/results/robust.md`` (``--output``; earlier runs kept below): per task,
 and the geometric mean, worst task and measured bottleneck over the mean rank per variant.
@@ -202,9 +202,16 @@ def _makers(args, w, packaged) -> dict:
                         ("noise", TableNoise(packaged, args.noise))):
         for mode in ("off", "on"):
             makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
-    if args.workload_budget:
-        makers["workload"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict,
-                                                          base=args.workload_base)
+    if args.workload_budget:  # one calibration, planned as its file says (auto) and robust
+        calibrated: dict = {}
+
+        def workload(robust: str):
+            if not calibrated:
+                calibrated.update(_workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict,
+                                                       base=args.workload_base, robust=("auto", "on")))
+            return calibrated[robust]
+        makers["workload"] = lambda: workload("auto")
+        makers["workload-on"] = lambda: workload("on")
         if args.workload_tree:
             makers["workload-tree"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml,
                                                                    workload_to_dict, tree=args.workload_tree,
