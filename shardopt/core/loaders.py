@@ -119,8 +119,17 @@ _EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 def _exponent(loader, node) -> int | float:
     text = loader.construct_scalar(node).replace("_", "")
-    value, number = Decimal(text), float(text)  # 1e999999999: inf, refused as any non-finite number is
-    return int(value) if abs(number) <= MAX_INT and value == int(number) else number
+    number = float(text)  # 1e999999999: inf, refused as any non-finite number is (never built digit by digit)
+    if abs(number) > MAX_INT:
+        return number
+    value = Decimal(text)  # whole as written; the integer is the float's (what a float writes reads back equal)
+    return int(number) if value == value.to_integral_value() else number
+
+
+def _exponent_first(resolvers: dict, tag: str) -> dict:
+    """PyYAML's implicit resolvers with the exponent form tried first, as ``tag``."""
+    return {first: ([(tag, _EXPONENT)] if first in "-+0123456789" else []) + list(held)
+            for first, held in resolvers.items()}
 
 
 class _Numbers:
@@ -128,10 +137,7 @@ class _Numbers:
     1.1) reads ``1e6`` as a string and ``2.0e+4`` as a float, so ``num_embeddings: 1e6`` failed as
     "not a valid integer" where whoever wrote it meant a million (YAML 1.2 reads it as a number)."""
 
-    yaml_implicit_resolvers = {
-        first: ([(_EXPONENT_TAG, _EXPONENT)] if first in "-+0123456789" else []) + list(resolvers)
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
+    yaml_implicit_resolvers = _exponent_first(yaml.SafeLoader.yaml_implicit_resolvers, _EXPONENT_TAG)
     yaml_constructors = {**yaml.SafeLoader.yaml_constructors, _EXPONENT_TAG: _exponent}
 
 
@@ -143,10 +149,7 @@ class _Dumper(yaml.SafeDumper):
     """Quotes a string that reads as a number with an exponent here (a table named ``1e6``), as
     PyYAML quotes one that reads as a number there; a float keeps its plain ``1.0e-05``."""
 
-    yaml_implicit_resolvers = {
-        first: ([("tag:yaml.org,2002:float", _EXPONENT)] if first in "-+0123456789" else []) + list(resolvers)
-        for first, resolvers in yaml.SafeDumper.yaml_implicit_resolvers.items()
-    }
+    yaml_implicit_resolvers = _exponent_first(yaml.SafeDumper.yaml_implicit_resolvers, "tag:yaml.org,2002:float")
 
 
 def dump_yaml(data: Any, **options) -> str:
