@@ -35,6 +35,7 @@ and the geometric mean, worst task and measured bottleneck over the mean rank pe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -203,30 +204,21 @@ def _makers(args, w, packaged) -> dict:
         for mode in ("off", "on"):
             makers[f"{name}-{mode}"] = (lambda m=model, r=mode: plan_with(w, PlanConfig(robust=r), cost_model=m))
     if args.workload_budget:  # one calibration, planned as its file says (auto) and robust
-        calibrated: dict = {}
-
-        def workload(robust: str):
-            if not calibrated:
-                calibrated.update(_workload_calibrated(w, args.workload_budget, workload_yaml, workload_to_dict,
-                                                       base=args.workload_base, robust=("auto", "on")))
-            return calibrated[robust]
-        makers["workload"] = lambda: workload("auto")
-        makers["workload-on"] = lambda: workload("on")
+        workload = functools.cache(lambda: _workload_calibrated(w, args.workload_budget, workload_yaml,
+                                                                workload_to_dict, base=args.workload_base,
+                                                                robust=("auto", "on")))
+        makers["workload"] = lambda: workload()["auto"]
+        makers["workload-on"] = lambda: workload()["on"]
         if args.workload_tree:
             makers["workload-tree"] = lambda: _workload_calibrated(w, args.workload_budget, workload_yaml,
                                                                    workload_to_dict, tree=args.workload_tree,
                                                                    base=args.workload_base)
-    if args.probe:  # one probe, two plans of it
-        probed: dict = {}
-
-        def probe(robust: str):
-            if not probed:
-                probed.update(_workload_calibrated(w, 0, workload_yaml, workload_to_dict,
-                                                   robust=("auto", "on", "fused")))
-            return probed[robust]
-        makers["probe"] = lambda: probe("auto")
-        makers["probe-on"] = lambda: probe("on")
-        makers["probe-fused"] = lambda: probe("fused")
+    if args.probe:  # one probe, three plans of it
+        probe = functools.cache(lambda: _workload_calibrated(w, 0, workload_yaml, workload_to_dict,
+                                                             robust=("auto", "on", "fused")))
+        makers["probe"] = lambda: probe()["auto"]
+        makers["probe-on"] = lambda: probe()["on"]
+        makers["probe-fused"] = lambda: probe()["fused"]
     if args.only:
         makers = {k: makers[k] for k in args.only.split(",") if k in makers}  # columns in --only's order
     return makers

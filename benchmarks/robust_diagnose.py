@@ -43,12 +43,16 @@ HOT_POOLING = 100.0
 HOT_REPLICA_BYTES = 8 * 2**20  # fp32 weights: twice the bench's hot tables' bound
 
 
+def _held_to(workload, kind: str, chosen):
+    """``workload`` with the tables ``chosen`` picks allowed ``kind`` alone."""
+    return dataclasses.replace(workload, tables=tuple(
+        dataclasses.replace(t, sharding_types=(kind,)) if chosen(t) else t for t in workload.tables))
+
+
 def _replicated(workload):
     """``workload`` with its hot small tables allowed data-parallel replicas only."""
-    return dataclasses.replace(workload, tables=tuple(
-        dataclasses.replace(t, sharding_types=("data_parallel",))
-        if t.pooling_factor >= HOT_POOLING and t.num_embeddings * t.embedding_dim * 4 <= HOT_REPLICA_BYTES else t
-        for t in workload.tables))
+    return _held_to(workload, "data_parallel", lambda t: t.pooling_factor >= HOT_POOLING
+                    and t.num_embeddings * t.embedding_dim * 4 <= HOT_REPLICA_BYTES)
 
 
 def _rw_plan(workload, like):
@@ -242,9 +246,7 @@ def _repeat(args) -> None:
             continue
         plans["default"] = plan_with(w, PlanConfig())
         if args.cut:
-            plans["cut"] = plan_with(dataclasses.replace(w, tables=tuple(
-                dataclasses.replace(t, sharding_types=("column_wise",)) if t.name == args.cut else t
-                for t in w.tables)), PlanConfig())
+            plans["cut"] = plan_with(_held_to(w, "column_wise", lambda t: t.name == args.cut), PlanConfig())
         runs = []
         for run in range(args.runs):
             result = replay_side_by_side(w, plans, args.rounds, comm=comm_for(w, packaged))
